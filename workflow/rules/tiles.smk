@@ -1,0 +1,67 @@
+# Stage 1: the tile store, either simulated (the demo) or ingested from image files.
+
+
+if config["source"] == "simulate":
+
+    rule simulate:
+        output:
+            directory(TILES),
+        log:
+            f"{LOGS}/simulate.log",
+        benchmark:
+            f"{BENCH}/simulate.tsv"
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=30,
+        params:
+            args=cli_args(config["simulate"]),
+        shell:
+            "cellica simulate --out {output} {params.args} 2> {log}"
+
+else:
+
+    rule ingest:
+        input:
+            manifest=config["ingest"]["manifest"],
+        output:
+            directory(TILES),
+        log:
+            f"{LOGS}/ingest.log",
+        benchmark:
+            f"{BENCH}/ingest.tsv"
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=8000,
+            runtime=240,
+        params:
+            args=cli_args(config["ingest"], skip=("manifest",)),
+        shell:
+            "cellica ingest --manifest {input.manifest} --out {output} {params.args} 2> {log}"
+
+
+rule inspect_tiles:
+    input:
+        TILES,
+    output:
+        report(
+            f"{RESULTS}/qc/tiles_summary.txt",
+            category="1. Data",
+            caption="../report/tiles_summary.rst",
+        ),
+    log:
+        f"{LOGS}/inspect_tiles.log",
+    benchmark:
+        f"{BENCH}/inspect_tiles.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "cellica inspect {input} > {output} 2> {log}"
