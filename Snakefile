@@ -10,6 +10,8 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/tiles.smk"
+include: "workflow/rules/embed.smk"
+include: "workflow/rules/transform.smk"
 
 
 rule all:

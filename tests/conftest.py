@@ -43,3 +43,16 @@ def tiny_store(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("sim") / "tiny.zarr"
     return simulate_screen(path, SimulationParams(**TINY_SIM, seed=1))
+
+
+TINY_MAE = dict(depth=1, epochs=1, batch_size=16, patch_size=8, decoder_dim=32, decoder_heads=2, threads=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_store, tmp_path_factory):
+    """A one-epoch, one-block MAE trained on the tiny store (cellica safetensors + json)."""
+    from cellica.train import TrainParams, train_mae
+
+    out = tmp_path_factory.mktemp("mae") / "model.safetensors"
+    train_mae(tiny_store.path, out, TrainParams(**TINY_MAE))
+    return out

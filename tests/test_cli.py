@@ -7,7 +7,7 @@ from cellica.cli import build_parser, main
 from cellica.cli_params import parse_value
 from cellica.errors import CellicaError
 
-STAGES = ["simulate", "ingest", "inspect"]
+STAGES = ["simulate", "ingest", "inspect", "train-mae", "embed", "gather-embeddings", "import-features"]
 
 
 def test_help_lists_every_stage(capsys):

@@ -6,8 +6,12 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
+from cellica.embed import EmbedParams
+from cellica.features import FeatureTableParams
 from cellica.ingest import IngestParams
+from cellica.params import TransformParams
 from cellica.simulate import SimulationParams
+from cellica.train import TrainParams
 from tests.conftest import REPO
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -17,11 +21,22 @@ def _schema():
     return yaml.safe_load(SCHEMA.read_text())
 
 
-@pytest.mark.parametrize("section, cls, skip", [("simulate", SimulationParams, set()), ("ingest", IngestParams, set())])
-def test_schema_keys_and_defaults_match_the_library(section, cls, skip):
+# Keys the rules set themselves (threads) and keys that are the rule's inputs, not options.
+SECTIONS = [
+    ("simulate", SimulationParams, set(), set()),
+    ("ingest", IngestParams, set(), {"manifest"}),
+    ("mae", TrainParams, {"threads"}, {"checkpoint"}),
+    ("embed", EmbedParams, {"threads"}, {"shards"}),
+    ("features", FeatureTableParams, set(), {"path"}),
+    ("transform", TransformParams, set(), {"variants", "level"}),
+]
+
+
+@pytest.mark.parametrize("section, cls, skip, rule_keys", SECTIONS)
+def test_schema_keys_and_defaults_match_the_library(section, cls, skip, rule_keys):
     props = _schema()["properties"][section]["properties"]
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in skip}
-    assert set(props) - {"manifest"} == set(fields)
+    assert set(props) - rule_keys == set(fields)
     for name, f in fields.items():
         if f.default is not dataclasses.MISSING:
             default = f.default

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -31,6 +32,41 @@ def tiny_run(tmp_path_factory):
     run = snakemake(workdir)
     assert run.returncode == 0, run.stderr[-4000:]
     return workdir
+
+
+def test_dag_trains_embeds_in_shards_and_gathers(tiny_run):
+    import anndata as ad
+
+    res = tiny_run / "results"
+    emb = ad.read_h5ad(res / "embeddings" / "embeddings.h5ad")
+    store = TileStore.open(res / "tiles.zarr")
+    assert emb.obs_names.tolist() == store.metadata["tile_id"].tolist()
+    assert emb.uns["provenance"]["shard"]["gathered_from"] == 2
+    assert (res / "mae" / "model.safetensors").is_file() and (res / "mae" / "model.json").is_file()
+    wells = ad.read_h5ad(res / "embeddings" / "wells.h5ad")
+    assert wells.n_obs == store.metadata.groupby(["batch", "plate", "well"]).ngroups
+    assert not (res / "embeddings" / "shards").exists() or not any((res / "embeddings" / "shards").iterdir())
+    for name in ("train_mae", "embed/0-of-2", "embed/1-of-2", "gather_embeddings"):
+        assert (res / "benchmarks" / f"{name}.tsv").is_file()
+
+
+def test_dag_transforms_every_variant(tiny_run):
+    import anndata as ad
+
+    from cellica.transforms import VARIANTS, Transform
+
+    res = tiny_run / "results"
+    emb = ad.read_h5ad(res / "embeddings" / "embeddings.h5ad")
+    for variant in VARIANTS:
+        out = ad.read_h5ad(res / "features" / f"{variant}.h5ad")
+        assert out.obs_names.tolist() == emb.obs_names.tolist()
+        assert out.uns["transform"]["variant"] == variant
+        assert out.n_vars == (emb.n_vars if variant in ("base", "combat", "sphering") else 8)
+        assert (res / "features" / f"{variant}.npz").is_file()
+    ica = ad.read_h5ad(res / "features" / "pca_ica.h5ad").uns["transform"]["diagnostics"]["ica"]
+    assert {"converged", "n_iter", "gradient_norm", "contrast"} <= set(ica)
+    reapplied = Transform.load(res / "features" / "pca_ica.npz").transform(emb)
+    np.testing.assert_allclose(reapplied.X, ad.read_h5ad(res / "features" / "pca_ica.h5ad").X, rtol=1e-4, atol=1e-4)
 
 
 def test_dag_builds_the_tile_store(tiny_run):

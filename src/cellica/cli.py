@@ -34,6 +34,57 @@ def _cmd_ingest(ns: argparse.Namespace) -> None:
     ingest(ns.manifest, ns.out, dataclass_from_args(IngestParams, ns), overwrite=ns.overwrite)
 
 
+def _cmd_train_mae(ns: argparse.Namespace) -> None:
+    from cellica.cli_params import dataclass_from_args
+    from cellica.train import TrainParams, train_mae
+
+    train_mae(ns.store, ns.out, dataclass_from_args(TrainParams, ns), checkpoint_dir=ns.checkpoint_dir)
+
+
+def _cmd_embed(ns: argparse.Namespace) -> None:
+    from cellica.cli_params import dataclass_from_args
+    from cellica.embed import EmbedParams, embed_store
+
+    embed_store(ns.store, ns.checkpoint, ns.out, dataclass_from_args(EmbedParams, ns), shard=ns.shard)
+
+
+def _cmd_gather(ns: argparse.Namespace) -> None:
+    from cellica.adata import write_h5ad
+    from cellica.embed import aggregate_wells, gather_embeddings
+
+    tiles = gather_embeddings(ns.shards, ns.out)
+    if ns.wells_out:
+        write_h5ad(aggregate_wells(tiles), ns.wells_out)
+
+
+def _cmd_import_features(ns: argparse.Namespace) -> None:
+    from cellica.cli_params import dataclass_from_args
+    from cellica.features import FeatureTableParams, import_features
+
+    import_features(ns.table, ns.out, dataclass_from_args(FeatureTableParams, ns))
+
+
+def _cmd_transform(ns: argparse.Namespace) -> None:
+    from cellica.adata import read_h5ad, write_h5ad
+    from cellica.cli_params import dataclass_from_args
+    from cellica.params import TransformParams
+    from cellica.transforms import Transform, make_transform
+
+    adata = read_h5ad(ns.input)
+    if ns.apply:
+        model = Transform.load(ns.apply)
+        log.info("applying the saved %s transform %s to %s", model.variant, ns.apply, ns.input)
+        write_h5ad(model.transform(adata), ns.out)
+        return
+    if not ns.variant:
+        raise CellicaError("transform: give --variant (to fit) or --apply MODEL (to re-apply)")
+    model = make_transform(ns.variant, dataclass_from_args(TransformParams, ns))
+    out = model.fit_transform(adata)
+    write_h5ad(out, ns.out)
+    if ns.model_out:
+        model.save(ns.model_out)
+
+
 def _cmd_inspect(ns: argparse.Namespace) -> None:
     import pandas as pd
 
@@ -59,7 +110,9 @@ def _cmd_inspect(ns: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (also used to document the CLI)."""
     from cellica.cli_params import add_dataclass_args
+    from cellica.features import FeatureTableParams
     from cellica.ingest import IngestParams
+    from cellica.params import EmbedParams, TrainParams, TransformParams
     from cellica.simulate import SimulationParams
 
     parser = argparse.ArgumentParser(
@@ -82,6 +135,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing store")
     add_dataclass_args(p, IngestParams)
     p.set_defaults(func=_cmd_ingest)
+
+    p = sub.add_parser("train-mae", help="pre-train a masked autoencoder (timm ViT) on a tile store")
+    p.add_argument("--store", required=True, help="tile store (*.zarr)")
+    p.add_argument("--out", required=True, help="weights to write (*.safetensors, with a .json sidecar)")
+    p.add_argument("--checkpoint-dir", default=None, help="per-epoch checkpoints (default: beside --out)")
+    add_dataclass_args(p, TrainParams)
+    p.set_defaults(func=_cmd_train_mae)
+
+    p = sub.add_parser("embed", help="extract embeddings of a store's tiles into AnnData (.h5ad)")
+    p.add_argument("--store", required=True, help="tile store (*.zarr)")
+    p.add_argument("--checkpoint", required=True, help="cellica .safetensors or timm state dict")
+    p.add_argument("--out", required=True, help="embeddings to write (*.h5ad)")
+    p.add_argument("--shard", default=None, help="i/n: embed only the i-th (0-based) of n tile ranges")
+    add_dataclass_args(p, EmbedParams)
+    p.set_defaults(func=_cmd_embed)
+
+    p = sub.add_parser("gather-embeddings", help="concatenate embedding shards, checking none is missing")
+    p.add_argument("shards", nargs="+", help="shard .h5ad files (any order)")
+    p.add_argument("--out", required=True, help="tile-level embeddings (*.h5ad)")
+    p.add_argument("--wells-out", default=None, help="also write well-level means (*.h5ad)")
+    p.set_defaults(func=_cmd_gather)
+
+    p = sub.add_parser("import-features", help="bring your own embeddings or profiles (table -> .h5ad)")
+    p.add_argument("table", help=".h5ad, .parquet, .csv or .tsv (optionally .gz)")
+    p.add_argument("--out", required=True, help="features to write (*.h5ad)")
+    add_dataclass_args(p, FeatureTableParams)
+    p.set_defaults(func=_cmd_import_features)
+
+    p = sub.add_parser("transform", help="whitening, ICA, random rotation or a comparator correction")
+    p.add_argument("--input", required=True, help="features to transform (*.h5ad)")
+    p.add_argument("--out", required=True, help="transformed features (*.h5ad)")
+    p.add_argument("--variant", default=None, help="base, pca, pca_ica, pca_rand, sphering, harmony or combat")
+    p.add_argument("--model-out", default=None, help="save the fitted transform (*.npz)")
+    p.add_argument("--apply", default=None, metavar="MODEL", help="apply a saved transform instead of fitting")
+    add_dataclass_args(p, TransformParams)
+    p.set_defaults(func=_cmd_transform)
 
     p = sub.add_parser("inspect", help="print counts and channel statistics of a tile store")
     p.add_argument("store", help="tile store (*.zarr)")

@@ -10,6 +10,13 @@ RESULTS = config["results_dir"]
 LOGS = f"{RESULTS}/logs"
 BENCH = f"{RESULTS}/benchmarks"
 TILES = f"{RESULTS}/tiles.zarr"
+EMB = f"{RESULTS}/embeddings/embeddings.h5ad"
+WELLS = f"{RESULTS}/embeddings/wells.h5ad"
+MODEL = config["mae"]["checkpoint"] or f"{RESULTS}/mae/model.safetensors"
+N_SHARDS = config["embed"]["shards"]
+GPUS = config["compute"]["gpus"]
+VARIANTS = config["transform"]["variants"]
+FEATURES = f"{RESULTS}/features/{{variant}}.h5ad"
 CONDA_ENV = "../envs/cellica.yaml"
 
 
@@ -35,5 +42,15 @@ def cli_args(section, skip=()):
     )
 
 
+def transform_input(wildcards):
+    """Tile embeddings, or well means when transform.level is wells (image sources only)."""
+    if config["transform"]["level"] == "wells" and config["source"] != "features":
+        return WELLS
+    return EMB
+
+
 def final_outputs():
-    return [f"{RESULTS}/qc/tiles_summary.txt"]
+    features = expand(FEATURES, variant=VARIANTS)
+    if config["source"] == "features":
+        return features
+    return [f"{RESULTS}/qc/tiles_summary.txt", *features]

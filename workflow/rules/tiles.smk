@@ -21,7 +21,7 @@ if config["source"] == "simulate":
         shell:
             "cellica simulate --out {output} {params.args} 2> {log}"
 
-else:
+elif config["source"] == "ingest":
 
     rule ingest:
         input:
@@ -44,24 +44,26 @@ else:
             "cellica ingest --manifest {input.manifest} --out {output} {params.args} 2> {log}"
 
 
-rule inspect_tiles:
-    input:
-        TILES,
-    output:
-        report(
-            f"{RESULTS}/qc/tiles_summary.txt",
-            category="1. Data",
-            caption="../report/tiles_summary.rst",
-        ),
-    log:
-        f"{LOGS}/inspect_tiles.log",
-    benchmark:
-        f"{BENCH}/inspect_tiles.tsv"
-    conda:
-        CONDA_ENV
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    shell:
-        "cellica inspect {input} > {output} 2> {log}"
+if config["source"] != "features":
+
+    rule inspect_tiles:
+        input:
+            TILES,
+        output:
+            report(
+                f"{RESULTS}/qc/tiles_summary.txt",
+                category="1. Data",
+                caption="../report/tiles_summary.rst",
+            ),
+        log:
+            f"{LOGS}/inspect_tiles.log",
+        benchmark:
+            f"{BENCH}/inspect_tiles.tsv"
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=10,
+        shell:
+            "cellica inspect {input} > {output} 2> {log}"

@@ -1,0 +1,101 @@
+"""AnnData in and out: the contract of embeddings and transformed features.
+
+Every features file (``.h5ad``) holds ``.X`` float32 (samples x features),
+``.obs`` indexed by a unique sample id with at least the columns in
+:data:`OBS_REQUIRED`, and provenance in ``.uns``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cellica.atomic import atomic_output
+from cellica.errors import CellicaError
+from cellica.tilestore import _as_bool
+
+OBS_REQUIRED = ("plate", "well", "batch", "perturbation", "is_control")
+
+
+def check_obs(obs: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Check the required metadata columns; return obs with string ids and boolean is_control."""
+    missing = [c for c in OBS_REQUIRED if c not in obs.columns]
+    if missing:
+        raise CellicaError(
+            f"{source}: missing metadata column(s) {missing}; features need {list(OBS_REQUIRED)}"
+        )
+    obs = obs.copy()
+    for col in ("plate", "well", "batch", "perturbation"):
+        if obs[col].isna().any():
+            raise CellicaError(f"{source}: column {col!r} has {int(obs[col].isna().sum())} empty value(s)")
+        obs[col] = obs[col].astype(str)
+    obs["is_control"] = _as_bool(obs["is_control"], source)
+    if not obs.index.is_unique:
+        dup = obs.index[obs.index.duplicated()][:5].tolist()
+        raise CellicaError(f"{source}: sample ids are not unique, e.g. {dup}")
+    return obs
+
+
+def check_matrix(x: np.ndarray, obs_names: pd.Index, source: str) -> np.ndarray:
+    """Float32 copy of the feature matrix; NaN or Inf is an error naming the samples."""
+    x = np.asarray(x, dtype=np.float32)
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        raise CellicaError(
+            f"{source}: {int(bad.sum())} sample(s) have NaN/Inf features, e.g. "
+            f"{obs_names[bad][:5].tolist()}"
+        )
+    return x
+
+
+def clean_uns(value: Any) -> Any:
+    """Make provenance storable in .h5ad: None -> "none", tuples -> lists, recursively."""
+    if value is None:
+        return "none"
+    if isinstance(value, dict):
+        return {str(k): clean_uns(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and value:
+            return list(value)
+        return [clean_uns(v) for v in value] if value else []
+    return value
+
+
+def make_adata(x: np.ndarray, obs: pd.DataFrame, var_names: list[str] | None, uns: dict[str, Any], source: str):
+    """Build a validated AnnData (float32 X, checked obs, string var names)."""
+    import anndata as ad
+
+    obs = check_obs(obs, source)
+    obs.index = obs.index.astype(str)
+    x = check_matrix(x, obs.index, source)
+    var = pd.DataFrame(index=pd.Index(var_names if var_names is not None else [f"f{i}" for i in range(x.shape[1])], dtype=str))
+    return ad.AnnData(X=x, obs=obs, var=var, uns=clean_uns(uns))
+
+
+def write_h5ad(adata, path: str | os.PathLike, overwrite: bool = True) -> Path:
+    """Write an AnnData atomically (temporary file, then rename)."""
+    path = Path(path)
+    with atomic_output(path, overwrite=overwrite) as tmp:
+        adata.write_h5ad(tmp)
+    return path
+
+
+def read_h5ad(path: str | os.PathLike):
+    """Read a features file and check it against the contract."""
+    import anndata as ad
+
+    path = Path(path)
+    if not path.is_file():
+        raise CellicaError(f"features file {path} does not exist")
+    try:
+        adata = ad.read_h5ad(path)
+    except Exception as exc:
+        raise CellicaError(f"{path}: cannot read as AnnData .h5ad ({type(exc).__name__}: {exc})") from None
+    adata.obs = check_obs(adata.obs, str(path))
+    x = adata.X.toarray() if hasattr(adata.X, "toarray") else adata.X
+    adata.X = check_matrix(x, adata.obs_names, str(path))
+    return adata

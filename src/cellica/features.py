@@ -1,0 +1,139 @@
+"""Bring your own features: embeddings or CellProfiler profiles enter at the transform stage.
+
+``cellica import-features TABLE --out features.h5ad`` reads an ``.h5ad``, parquet,
+CSV or TSV (optionally gzipped) table with metadata columns and numeric feature
+columns and writes the same AnnData contract as ``cellica embed``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cellica import __version__
+from cellica.adata import OBS_REQUIRED, make_adata, read_h5ad, write_h5ad
+from cellica.errors import CellicaError
+from cellica.logs import get_logger
+
+log = get_logger("features")
+
+
+@dataclass
+class FeatureTableParams:
+    """How to read a features table (config section ``features``).
+
+    Attributes
+    ----------
+    column_map
+        Our metadata column -> the table's, e.g. ``{batch: Metadata_Batch}``.
+    metadata_regex
+        Columns matching this are metadata (kept in ``.obs``); the rest must be numeric features.
+    extra_metadata
+        Further non-feature columns (e.g. ``n_images``).
+    id_column
+        Unique sample id column (default: ``plate/well`` plus a counter when needed).
+    """
+
+    column_map: dict[str, str] = field(default_factory=dict)
+    metadata_regex: str = "^Metadata_"
+    extra_metadata: list[str] = field(default_factory=list)
+    id_column: str | None = None
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    name = path.name.lower()
+    try:
+        if name.endswith(".parquet"):
+            return pd.read_parquet(path)
+        sep = "\t" if name.endswith((".tsv", ".tsv.gz", ".txt", ".txt.gz")) else ","
+        return pd.read_csv(path, sep=sep)
+    except Exception as exc:
+        raise CellicaError(f"features table {path}: cannot read ({type(exc).__name__}: {exc})") from None
+
+
+def import_features(path: str | os.PathLike, out: str | os.PathLike | None = None,
+                    params: FeatureTableParams | None = None):
+    """Read embeddings or profiles from a table into the AnnData features contract.
+
+    Parameters
+    ----------
+    path
+        ``.h5ad`` (validated as is), ``.parquet``, ``.csv`` or ``.tsv`` (``.gz`` allowed).
+    out
+        Where to write the ``.h5ad`` (optional).
+    params
+        Metadata mapping and which columns are features.
+    """
+    p = params or FeatureTableParams()
+    path = Path(path)
+    if not path.is_file():
+        raise CellicaError(f"features table {path} does not exist")
+    if path.suffix == ".h5ad":
+        adata = read_h5ad(path)
+    else:
+        table = _read_table(path)
+        absent = [src for src in p.column_map.values() if src not in table.columns]
+        if absent:
+            raise CellicaError(f"features table {path}: column_map names missing column(s) {absent}")
+        meta = pd.DataFrame({ours: table[theirs] for ours, theirs in p.column_map.items()})
+        regex = re.compile(p.metadata_regex) if p.metadata_regex else None
+        mapped = set(p.column_map.values())
+        is_meta = [c in mapped or c in p.extra_metadata or c in OBS_REQUIRED or (regex is not None and bool(regex.search(c)))
+                   for c in table.columns]
+        feature_cols = [c for c, m in zip(table.columns, is_meta, strict=True) if not m]
+        other_meta = [c for c, m in zip(table.columns, is_meta, strict=True) if m and c not in meta.columns]
+        for c in other_meta:
+            meta[c] = table[c]
+        missing = [c for c in OBS_REQUIRED if c not in meta.columns]
+        if missing:
+            raise CellicaError(
+                f"features table {path}: missing metadata column(s) {missing}; map them with column_map "
+                f"(metadata columns found: {other_meta[:12]})"
+            )
+        non_numeric = [c for c in feature_cols if not pd.api.types.is_numeric_dtype(table[c])]
+        if non_numeric:
+            raise CellicaError(
+                f"features table {path}: non-numeric feature column(s) {non_numeric[:5]}; "
+                "declare them as metadata (metadata_regex or extra_metadata)"
+            )
+        if not feature_cols:
+            raise CellicaError(f"features table {path}: no numeric feature columns")
+        meta.index = _sample_ids(table, meta, p.id_column, path)
+        x = table[feature_cols].to_numpy(dtype=np.float64)
+        nan_cols = [c for c, bad in zip(feature_cols, ~np.isfinite(x).all(axis=0), strict=True) if bad]
+        if nan_cols:
+            raise CellicaError(
+                f"features table {path}: NaN/Inf in feature column(s) {nan_cols[:5]} "
+                f"({int((~np.isfinite(x)).any(axis=1).sum())} row(s)); impute or drop them first"
+            )
+        prov = {"source": "features", "table": str(path.resolve()),
+                "table_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                "params": asdict(p), "cellica_version": __version__}
+        adata = make_adata(x, meta, feature_cols, {"provenance": prov}, f"features table {path}")
+    log.info("read %d samples x %d features from %s (%d controls, %d batches, %d perturbations)",
+             adata.n_obs, adata.n_vars, path, int(adata.obs["is_control"].sum()),
+             adata.obs["batch"].nunique(), adata.obs.loc[~adata.obs["is_control"], "perturbation"].nunique())
+    if out is not None:
+        write_h5ad(adata, out)
+    return adata
+
+
+def _sample_ids(table: pd.DataFrame, meta: pd.DataFrame, id_column: str | None, path: Path) -> pd.Index:
+    if id_column:
+        if id_column not in table.columns:
+            raise CellicaError(f"features table {path}: id_column {id_column!r} is absent")
+        ids = table[id_column].astype(str)
+        if not ids.is_unique:
+            raise CellicaError(f"features table {path}: id_column {id_column!r} has duplicates, e.g. "
+                               f"{ids[ids.duplicated()].iloc[:3].tolist()}")
+        return pd.Index(ids.to_numpy(), dtype=str)
+    base = meta["plate"].astype(str) + "/" + meta["well"].astype(str)
+    if base.is_unique:
+        return pd.Index(base.to_numpy(), dtype=str)
+    return pd.Index((base + "/" + base.groupby(base).cumcount().astype(str)).to_numpy(), dtype=str)

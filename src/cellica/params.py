@@ -1,0 +1,98 @@
+"""Parameters of the torch stages, kept free of torch so the CLI can list them quickly.
+
+Each dataclass is one config section (``mae``, ``embed``); its fields are the
+keys of that section and the options of the matching ``cellica`` command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainParams:
+    """MAE architecture and optimisation (config section ``mae``)."""
+
+    model_name: str = "vit_tiny_patch16_224"
+    patch_size: int = 8
+    depth: int | None = 6
+    mask_ratio: float = 0.75
+    decoder_dim: int = 128
+    decoder_depth: int = 1
+    decoder_heads: int = 4
+    norm_pix_loss: bool = False
+    normalization: str = "store"
+    train_on: str = "all"
+    max_tiles: int | None = None
+    epochs: int = 5
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    warmup_epochs: float = 1.0
+    seed: int = 0
+    device: str = "auto"
+    num_workers: int = 0
+    threads: int | None = None
+    resume: bool = True
+
+    def mae_config(self, in_chans: int, img_size: int):
+        """The :class:`cellica.mae.MAEConfig` for a store's channels and tile size."""
+        from cellica.mae import MAEConfig
+
+        return MAEConfig(model_name=self.model_name, in_chans=in_chans, img_size=img_size,
+                         patch_size=self.patch_size, depth=self.depth, mask_ratio=self.mask_ratio,
+                         decoder_dim=self.decoder_dim, decoder_depth=self.decoder_depth,
+                         decoder_heads=self.decoder_heads, norm_pix_loss=self.norm_pix_loss)
+
+
+@dataclass
+class EmbedParams:
+    """How to extract embeddings (config section ``embed``)."""
+
+    batch_size: int = 128
+    pooling: str = "mean"
+    device: str = "auto"
+    num_workers: int = 0
+    threads: int | None = None
+    model_name: str | None = None
+    adapt_channels: bool = False
+    normalization: str = "tile"
+
+
+@dataclass
+class TransformParams:
+    """Feature transforms (config section ``transform``; see :mod:`cellica.transforms`)."""
+
+    fit_on: str = "controls"
+    n_components: float | None = None
+    eig_floor: float = 1e-6
+    batch_correction: str = "center"
+    batch_stage: str = "before"
+    batch_key: str = "batch"
+    drop_constant: bool = False
+    ica_backend: str = "cellica"
+    ica_fit_on: str = "controls"
+    ica_max_samples: int | None = 100000
+    ica_max_iter: int = 500
+    ica_tol: float = 1e-4
+    ica_device: str = "auto"
+    sphering_epsilon: float = 1e-6
+    harmony_theta: float = 2.0
+    harmony_max_iter: int = 10
+    seed: int = 0
+
+    def validate(self) -> None:
+        from cellica.errors import CellicaError
+
+        choices = {
+            "fit_on": ("controls", "all"),
+            "batch_correction": ("none", "center", "center_scale"),
+            "batch_stage": ("before", "after"),
+            "ica_backend": ("cellica", "sklearn", "picard"),
+            "ica_fit_on": ("controls", "all"),
+        }
+        for key, allowed in choices.items():
+            if getattr(self, key) not in allowed:
+                raise CellicaError(f"transform: {key} must be one of {allowed}, got {getattr(self, key)!r}")
+        if self.n_components is not None and self.n_components <= 0:
+            raise CellicaError(f"transform: n_components must be > 0 (a count, or a variance fraction < 1), got {self.n_components}")

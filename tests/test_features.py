@@ -1,0 +1,72 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from cellica.errors import CellicaError
+from cellica.features import FeatureTableParams, import_features
+from tests.conftest import shared
+
+
+def _table():
+    return pd.DataFrame({
+        "Metadata_Plate": ["P1", "P1", "P2", "P2"], "Metadata_Well": ["A01", "A02", "A01", "A01"],
+        "Metadata_Batch": ["W1", "W1", "W2", "W2"], "Metadata_Pert": ["DMSO", "taxol", "DMSO", "taxol"],
+        "Metadata_Ctrl": [True, False, True, False], "n_images": [4, 4, 4, 3],
+        "Cells_Area": [1.0, 2.0, 3.0, 4.0], "Nuclei_Intensity": [0.5, 0.25, 0.125, 0.0625],
+    })
+
+
+PARAMS = FeatureTableParams(column_map={"plate": "Metadata_Plate", "well": "Metadata_Well", "batch": "Metadata_Batch",
+                                        "perturbation": "Metadata_Pert", "is_control": "Metadata_Ctrl"},
+                            extra_metadata=["n_images"])
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv.gz", ".parquet"])
+def test_import_table_formats(tmp_path, suffix):
+    path = tmp_path / f"profiles{suffix}"
+    t = _table()
+    if suffix == ".parquet":
+        t.to_parquet(path)
+    else:
+        t.to_csv(path, sep="\t" if ".tsv" in suffix else ",", index=False)
+    adata = import_features(path, tmp_path / "f.h5ad", PARAMS)
+    assert adata.var_names.tolist() == ["Cells_Area", "Nuclei_Intensity"]
+    np.testing.assert_allclose(adata.X[:, 0], [1, 2, 3, 4])
+    # plate/well repeats (P2/A01 twice) get numbered ids; n_images stays metadata.
+    assert adata.obs_names.tolist() == ["P1/A01/0", "P1/A02/0", "P2/A01/0", "P2/A01/1"]
+    assert adata.obs["is_control"].tolist() == [True, False, True, False]
+    assert adata.obs["n_images"].tolist() == [4, 4, 4, 3]
+    assert adata.uns["provenance"]["source"] == "features"
+    assert import_features(tmp_path / "f.h5ad").shape == (4, 2)  # an .h5ad passes through
+
+
+def test_bad_tables(tmp_path):
+    path = tmp_path / "p.csv"
+    _table().drop(columns="Metadata_Batch").to_csv(path, index=False)
+    with pytest.raises(CellicaError, match=r"missing column\(s\) \['Metadata_Batch'\]"):
+        import_features(path, params=PARAMS)
+    _table().to_csv(path, index=False)
+    with pytest.raises(CellicaError, match=r"missing metadata column\(s\) \['plate', 'well', 'batch', 'perturbation', 'is_control'\]"):
+        import_features(path)
+    t = _table()
+    t.loc[2, "Cells_Area"] = np.nan
+    t.to_csv(path, index=False)
+    with pytest.raises(CellicaError, match=r"NaN/Inf in feature column\(s\) \['Cells_Area'\] \(1 row"):
+        import_features(path, params=PARAMS)
+    t = _table().assign(Comment="x")
+    t.to_csv(path, index=False)
+    with pytest.raises(CellicaError, match=r"non-numeric feature column\(s\) \['Comment'\]"):
+        import_features(path, params=PARAMS)
+    assert not (tmp_path / "f.h5ad").exists()
+
+
+def test_real_bbbc021_profiles(tmp_path):
+    path = shared("bbbc021_profiles_weeks1-5") / "bbbc021_weeks1-5_well_profiles.csv.gz"
+    params = FeatureTableParams(column_map={"plate": "Metadata_Plate", "well": "Metadata_Well", "batch": "Metadata_Batch",
+                                            "perturbation": "Metadata_Perturbation", "is_control": "Metadata_is_control"},
+                                extra_metadata=["n_images"])
+    adata = import_features(path, tmp_path / "bbbc021.h5ad", params)
+    assert adata.shape == (387, 516)
+    assert adata.obs["batch"].nunique() == 5
+    assert int(adata.obs["is_control"].sum()) == 36 * 5
+    assert "Metadata_MoA" in adata.obs and "n_images" in adata.obs

@@ -1,0 +1,198 @@
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+
+from cellica.errors import CellicaError
+from cellica.ica import amari_distance, canonicalise, fit_rotation, haar_rotation, whiteness_error
+from cellica.params import TransformParams
+from cellica.transforms import VARIANTS, Transform, make_transform
+
+
+def screen(n_per=200, d=4, seed=0, shift=3.0):
+    """Two batches (additive offsets), controls and one perturbation, Laplace sources mixed."""
+    rng = np.random.default_rng(seed)
+    rows, xs = [], []
+    mix = rng.normal(size=(d, d))
+    for b, offset in (("B1", 0.0), ("B2", shift)):
+        for pert, ctrl in (("ctrl", True), ("G1", False)):
+            s = rng.laplace(size=(n_per, d))
+            if not ctrl:
+                s[:, 0] += 2.0
+            xs.append(s @ mix.T + offset)
+            rows += [{"plate": f"{b}-P1", "well": "A01", "batch": b, "perturbation": pert, "is_control": ctrl}] * n_per
+    obs = pd.DataFrame(rows, index=[f"s{i}" for i in range(len(rows))])
+    return ad.AnnData(np.vstack(xs).astype(np.float32), obs=obs, var=pd.DataFrame(index=[f"f{i}" for i in range(d)])), mix
+
+
+def cov(x):
+    return np.cov(np.asarray(x, np.float64), rowvar=False)
+
+
+def test_pca_whitens_controls_and_removes_batch_offsets():
+    data, _ = screen()
+    out = make_transform("pca").fit_transform(data)
+    ctrl = out.obs["is_control"].to_numpy()
+    z = np.asarray(out.X, np.float64)
+    # Controls of each batch are centred on their own mean, and white together.
+    for b in ("B1", "B2"):
+        rows = ctrl & (out.obs["batch"] == b).to_numpy()
+        np.testing.assert_allclose(z[rows].mean(axis=0), 0, atol=1e-5)
+    np.testing.assert_allclose(cov(z[ctrl]), np.eye(4), atol=1e-4)
+    assert out.var_names.tolist() == ["PC1", "PC2", "PC3", "PC4"]
+    assert out.uns["transform"]["variant"] == "pca"
+    # Without batch correction the 3-unit batch offset survives.
+    raw = make_transform("pca", TransformParams(batch_correction="none")).fit_transform(data)
+    zr = np.asarray(raw.X)
+    gap = zr[ctrl & (raw.obs.batch == "B2").to_numpy()].mean(0) - zr[ctrl & (raw.obs.batch == "B1").to_numpy()].mean(0)
+    assert np.linalg.norm(gap) > 1.0
+
+
+def test_n_components_fraction_and_floor():
+    data, _ = screen()
+    x = np.asarray(data.X).copy()
+    x[:, 3] = x[:, 0] * 2.0  # rank 3: one direction without variance
+    data.X = x
+    t = make_transform("pca")
+    assert t.fit_transform(data).n_vars == 3
+    t2 = make_transform("pca", TransformParams(n_components=0.5))
+    assert 1 <= t2.fit_transform(data).n_vars <= 3
+    t3 = make_transform("pca", TransformParams(n_components=4))  # explicit: the null direction is floored
+    out = t3.fit_transform(data)
+    assert out.n_vars == 4 and np.isfinite(out.X).all() and t3.info["floored_components"] == 1
+
+
+def test_center_scale_after_and_missing_batch_controls():
+    data, _ = screen()
+    out = make_transform("pca", TransformParams(batch_correction="center_scale", batch_stage="after")).fit_transform(data)
+    ctrl = out.obs.is_control.to_numpy()
+    for b in ("B1", "B2"):
+        rows = ctrl & (out.obs.batch == b).to_numpy()
+        np.testing.assert_allclose(np.asarray(out.X)[rows].std(axis=0), 1, atol=1e-4)
+    bad = data[~(data.obs.is_control & (data.obs.batch == "B2"))].copy()
+    with pytest.raises(CellicaError, match="batch 'B2' has no control samples"):
+        make_transform("pca").fit(bad)
+
+
+def test_whitening_impossible_and_no_controls():
+    data, _ = screen(n_per=3, d=8)
+    with pytest.raises(CellicaError, match=r"6 control rows for 8 features: whitening impossible .* set n_components to at most 5"):
+        make_transform("pca").fit(data)
+    assert make_transform("pca", TransformParams(n_components=5)).fit_transform(data).n_vars == 5
+    none = data.copy()
+    none.obs["is_control"] = False
+    with pytest.raises(CellicaError, match="no control samples"):
+        make_transform("pca", TransformParams(batch_correction="none")).fit(none)
+
+
+def test_constant_features_and_unknown_variant():
+    data, _ = screen()
+    x = np.asarray(data.X).copy()
+    x[:, 2] = 7.0
+    data.X = x
+    with pytest.raises(CellicaError, match=r"1 feature\(s\) are constant .*\['f2'\].*drop_constant"):
+        make_transform("pca").fit(data)
+    out = make_transform("sphering", TransformParams(drop_constant=True)).fit_transform(data)
+    assert out.var_names.tolist() == ["f0", "f1", "f3"]
+    with pytest.raises(CellicaError, match="unknown transform variant 'ica'"):
+        make_transform("ica")
+
+
+def test_save_load_apply_and_dimension_mismatch(tmp_path):
+    data, _ = screen()
+    for variant in ("base", "pca", "pca_ica", "pca_rand", "sphering"):
+        t = make_transform(variant)
+        first = t.fit_transform(data)
+        t.save(tmp_path / f"{variant}.npz")
+        again = Transform.load(tmp_path / f"{variant}.npz").transform(data)
+        np.testing.assert_allclose(again.X, first.X, rtol=1e-5, atol=1e-5)
+    wrong = ad.AnnData(np.zeros((4, 3), np.float32), obs=data.obs.iloc[:4].copy())
+    with pytest.raises(CellicaError, match="has 3 features but the pca transform was fitted on 4"):
+        Transform.load(tmp_path / "pca.npz").transform(wrong)
+
+
+def test_random_rotation_keeps_whiteness_and_ica_finds_the_sources():
+    data, mix = screen(n_per=1500, shift=0.0)
+    ctrl = data.obs.is_control.to_numpy()
+    rand = make_transform("pca_rand").fit_transform(data)
+    np.testing.assert_allclose(cov(np.asarray(rand.X)[ctrl]), np.eye(4), atol=1e-3)
+    t = make_transform("pca_ica")
+    ica = t.fit_transform(data)
+    assert t.info["ica"]["converged"] and t.info["ica"]["rewhitened"] is False
+    # The unmixing chain maps the (control-centred) data back to independent sources: Amari vs the mixing.
+    pca = make_transform("pca")
+    pca.fit(data)
+    full = t.arrays["unmixing"] @ (t.arrays["components"] * t.arrays["scale"][:, None])
+    assert amari_distance(full, mix) < 0.08
+    np.testing.assert_allclose(cov(np.asarray(ica.X)[ctrl]), np.eye(4), atol=1e-3)
+
+
+def test_comparators_reduce_batch_offsets_and_are_transductive():
+    data, _ = screen(shift=5.0)
+    for variant in ("harmony", "combat"):
+        t = make_transform(variant)
+        out = t.fit_transform(data)
+        ctrl = out.obs.is_control.to_numpy()
+        x = np.asarray(out.X)
+        gap = x[ctrl & (out.obs.batch == "B2").to_numpy()].mean(0) - x[ctrl & (out.obs.batch == "B1").to_numpy()].mean(0)
+        raw = np.asarray(data.X)
+        raw_gap = raw[ctrl & (data.obs.batch == "B2").to_numpy()].mean(0) - raw[ctrl & (data.obs.batch == "B1").to_numpy()].mean(0)
+        assert np.linalg.norm(gap) < 0.5 * np.linalg.norm(raw_gap), variant
+        with pytest.raises(CellicaError, match="cannot be applied to other samples"):
+            t.transform(data[:10].copy())
+
+
+def test_every_variant_is_registered():
+    assert set(VARIANTS) == {"base", "pca", "pca_ica", "pca_rand", "sphering", "harmony", "combat"}
+
+
+# ---------------------------------------------------------------------- ICA core
+def test_amari_distance_by_hand():
+    eye = np.eye(3)
+    assert amari_distance(eye, eye) == 0.0
+    perm_scale = np.array([[0, 2.0, 0], [0, 0, -3.0], [0.5, 0, 0]])
+    assert amari_distance(perm_scale, eye) == pytest.approx(0.0)
+    # Every entry equal: each row and column sums to n x its max -> (n - 1) per row / col.
+    assert amari_distance(np.ones((3, 3)), eye) == pytest.approx(1.0)
+
+
+def test_haar_rotation_and_whiteness_error():
+    q = haar_rotation(5, 3)
+    np.testing.assert_allclose(q @ q.T, np.eye(5), atol=1e-12)
+    np.testing.assert_array_equal(q, haar_rotation(5, 3))
+    assert whiteness_error(np.random.default_rng(0).normal(size=(20000, 3))) < 0.05
+
+
+def test_backends_recover_a_known_mixing_and_agree():
+    rng = np.random.default_rng(0)
+    s = np.column_stack([rng.laplace(size=4000), rng.uniform(-1, 1, 4000), rng.laplace(size=4000), rng.exponential(size=4000)])
+    s = (s - s.mean(0)) / s.std(0)
+    a = haar_rotation(4, 1)
+    dist = {}
+    for backend in ("cellica", "sklearn", "picard"):
+        res = fit_rotation((s @ a.T).astype(np.float32), backend=backend, max_iter=500, tol=1e-5)
+        assert res.diagnostics["converged"], res.diagnostics
+        assert {"backend", "contrast", "n_iter", "gradient_norm", "seconds"} <= set(res.diagnostics)
+        dist[backend] = amari_distance(res.rotation, a)
+    # 4,000 samples limit every method to ~0.05; ours lands on the same optimum as the references.
+    assert max(dist.values()) < 0.08
+    assert abs(dist["cellica"] - dist["sklearn"]) < 0.005 and abs(dist["cellica"] - dist["picard"]) < 0.005
+
+
+def test_non_convergence_is_reported(caplog):
+    rng = np.random.default_rng(0)
+    x = rng.laplace(size=(2000, 6)) @ haar_rotation(6, 2).T
+    res = fit_rotation(x.astype(np.float32), max_iter=2, tol=1e-9)
+    assert res.diagnostics["converged"] is False
+    assert "did NOT converge in 2 iterations" in caplog.text
+
+
+def test_canonical_sign_and_order():
+    rng = np.random.default_rng(0)
+    s = np.column_stack([rng.normal(size=5000), -rng.exponential(size=5000), rng.laplace(size=5000)])
+    s = (s - s.mean(0)) / s.std(0)
+    rot, info = canonicalise(np.eye(3), s)
+    y = s @ rot.T
+    assert (np.mean(y**3, axis=0)[:2] > 0).all()  # the skewed component is flipped to positive skew
+    assert np.all(np.diff(info["negentropy"]) <= 0)  # most non-Gaussian first
+    assert np.abs(np.corrcoef(y[:, -1], s[:, 0])[0, 1]) > 0.99  # the Gaussian one comes last
