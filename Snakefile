@@ -12,6 +12,8 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/tiles.smk"
 include: "workflow/rules/embed.smk"
 include: "workflow/rules/transform.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

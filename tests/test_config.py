@@ -9,7 +9,7 @@ from snakemake.utils import validate
 from cellica.embed import EmbedParams
 from cellica.features import FeatureTableParams
 from cellica.ingest import IngestParams
-from cellica.params import TransformParams
+from cellica.params import EvalParams, TransformParams
 from cellica.simulate import SimulationParams
 from cellica.train import TrainParams
 from tests.conftest import REPO
@@ -29,6 +29,7 @@ SECTIONS = [
     ("embed", EmbedParams, {"threads"}, {"shards"}),
     ("features", FeatureTableParams, set(), {"path"}),
     ("transform", TransformParams, set(), {"variants", "level"}),
+    ("evaluate", EvalParams, set(), {"chunks"}),
 ]
 
 

@@ -8,8 +8,9 @@ import pytest
 import timm
 import torch
 
+from cellica.adata import aggregate_wells
 from cellica.checkpoints import load_encoder, read_state_dict
-from cellica.embed import EmbedParams, aggregate_wells, embed_store, gather_embeddings, parse_shard
+from cellica.embed import EmbedParams, embed_store, gather_embeddings, parse_shard
 from cellica.errors import CellicaError
 
 

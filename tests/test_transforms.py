@@ -25,6 +25,11 @@ def screen(n_per=200, d=4, seed=0, shift=3.0):
     return ad.AnnData(np.vstack(xs).astype(np.float32), obs=obs, var=pd.DataFrame(index=[f"f{i}" for i in range(d)])), mix
 
 
+def fitc(out):
+    """The controls that fitted the transform (the statistics hold exactly on them)."""
+    return (out.obs["is_control"] & out.obs["transform_fit"]).to_numpy()
+
+
 def cov(x):
     return np.cov(np.asarray(x, np.float64), rowvar=False)
 
@@ -32,7 +37,7 @@ def cov(x):
 def test_pca_whitens_controls_and_removes_batch_offsets():
     data, _ = screen()
     out = make_transform("pca").fit_transform(data)
-    ctrl = out.obs["is_control"].to_numpy()
+    ctrl = fitc(out)
     z = np.asarray(out.X, np.float64)
     # Controls of each batch are centred on their own mean, and white together.
     for b in ("B1", "B2"):
@@ -65,7 +70,7 @@ def test_n_components_fraction_and_floor():
 def test_center_scale_after_and_missing_batch_controls():
     data, _ = screen()
     out = make_transform("pca", TransformParams(batch_correction="center_scale", batch_stage="after")).fit_transform(data)
-    ctrl = out.obs.is_control.to_numpy()
+    ctrl = fitc(out)
     for b in ("B1", "B2"):
         rows = ctrl & (out.obs.batch == b).to_numpy()
         np.testing.assert_allclose(np.asarray(out.X)[rows].std(axis=0), 1, atol=1e-4)
@@ -77,8 +82,8 @@ def test_center_scale_after_and_missing_batch_controls():
 def test_whitening_impossible_and_no_controls():
     data, _ = screen(n_per=3, d=8)
     with pytest.raises(CellicaError, match=r"6 control rows for 8 features: whitening impossible .* set n_components to at most 5"):
-        make_transform("pca").fit(data)
-    assert make_transform("pca", TransformParams(n_components=5)).fit_transform(data).n_vars == 5
+        make_transform("pca", TransformParams(fit_fraction=1.0)).fit(data)
+    assert make_transform("pca", TransformParams(n_components=3)).fit_transform(data).n_vars == 3
     none = data.copy()
     none.obs["is_control"] = False
     with pytest.raises(CellicaError, match="no control samples"):
@@ -104,7 +109,11 @@ def test_save_load_apply_and_dimension_mismatch(tmp_path):
         t = make_transform(variant)
         first = t.fit_transform(data)
         t.save(tmp_path / f"{variant}.npz")
-        again = Transform.load(tmp_path / f"{variant}.npz").transform(data)
+        # New data brings its own controls for the per-batch statistics; marking the
+        # same controls as the first fit did reproduces the fitted output exactly.
+        marked = data.copy()
+        marked.obs["transform_fit"] = first.obs["transform_fit"]
+        again = Transform.load(tmp_path / f"{variant}.npz").transform(marked)
         np.testing.assert_allclose(again.X, first.X, rtol=1e-5, atol=1e-5)
     wrong = ad.AnnData(np.zeros((4, 3), np.float32), obs=data.obs.iloc[:4].copy())
     with pytest.raises(CellicaError, match="has 3 features but the pca transform was fitted on 4"):
@@ -113,8 +122,8 @@ def test_save_load_apply_and_dimension_mismatch(tmp_path):
 
 def test_random_rotation_keeps_whiteness_and_ica_finds_the_sources():
     data, mix = screen(n_per=1500, shift=0.0)
-    ctrl = data.obs.is_control.to_numpy()
     rand = make_transform("pca_rand").fit_transform(data)
+    ctrl = fitc(rand)
     np.testing.assert_allclose(cov(np.asarray(rand.X)[ctrl]), np.eye(4), atol=1e-3)
     t = make_transform("pca_ica")
     ica = t.fit_transform(data)
@@ -140,6 +149,16 @@ def test_comparators_reduce_batch_offsets_and_are_transductive():
         assert np.linalg.norm(gap) < 0.5 * np.linalg.norm(raw_gap), variant
         with pytest.raises(CellicaError, match="cannot be applied to other samples"):
             t.transform(data[:10].copy())
+
+
+def test_held_back_controls_are_the_same_for_every_variant():
+    data, _ = screen()
+    masks = {v: make_transform(v).fit_transform(data).obs["transform_fit"].to_numpy() for v in ("base", "pca", "pca_ica")}
+    assert all(np.array_equal(masks["base"], m) for m in masks.values())
+    ctrl = data.obs.is_control.to_numpy()
+    assert masks["base"][ctrl].mean() == pytest.approx(0.5) and not masks["base"][~ctrl].any()
+    everything = make_transform("pca", TransformParams(fit_fraction=1.0)).fit_transform(data)
+    assert everything.obs["transform_fit"].to_numpy()[ctrl].all()
 
 
 def test_every_variant_is_registered():

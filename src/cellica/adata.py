@@ -19,6 +19,7 @@ from cellica.errors import CellicaError
 from cellica.tilestore import _as_bool
 
 OBS_REQUIRED = ("plate", "well", "batch", "perturbation", "is_control")
+WELL_KEYS = ("batch", "plate", "well")
 
 
 def check_obs(obs: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -99,3 +100,24 @@ def read_h5ad(path: str | os.PathLike):
     x = adata.X.toarray() if hasattr(adata.X, "toarray") else adata.X
     adata.X = check_matrix(x, adata.obs_names, str(path))
     return adata
+
+
+def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):
+    """Mean embedding per well; ``obs`` keeps columns constant within each well plus ``n_tiles``."""
+    obs = adata.obs
+    missing = [k for k in keys if k not in obs.columns]
+    if missing:
+        raise CellicaError(f"aggregate_wells: missing column(s) {missing}")
+    codes = obs.groupby(list(keys), sort=False, observed=True).ngroup().to_numpy()
+    n_groups = int(codes.max()) + 1 if codes.size else 0
+    sums = np.zeros((n_groups, adata.n_vars), np.float64)
+    np.add.at(sums, codes, np.asarray(adata.X, np.float64))
+    counts = np.bincount(codes, minlength=n_groups)
+    constant = [c for c in obs.columns
+                if (obs.groupby(codes, observed=True)[c].nunique(dropna=False) <= 1).all()]
+    well_obs = obs[constant].groupby(codes, observed=True).first()
+    well_obs["n_tiles"] = counts
+    well_obs.index = pd.Index(["/".join(map(str, row)) for row in well_obs[list(keys)].itertuples(index=False)], dtype=str)
+    uns = {"provenance": {**adata.uns.get("provenance", {}), "aggregated": {"level": "well", "keys": list(keys)}}}
+    return make_adata((sums / counts[:, None]).astype(np.float32), well_obs, list(adata.var_names), uns,
+                      "well aggregation")

@@ -61,3 +61,11 @@ def atomic_output(path: str | os.PathLike, overwrite: bool = False) -> Iterator[
     except BaseException:
         remove(tmp)
         raise
+
+
+def write_parquet(table, path: str | os.PathLike) -> Path:
+    """Write a DataFrame to parquet atomically (its ``attrs`` travel in the file's metadata)."""
+    path = Path(path)
+    with atomic_output(path, overwrite=True) as tmp:
+        table.to_parquet(tmp, index=False)
+    return path

@@ -49,8 +49,8 @@ def _cmd_embed(ns: argparse.Namespace) -> None:
 
 
 def _cmd_gather(ns: argparse.Namespace) -> None:
-    from cellica.adata import write_h5ad
-    from cellica.embed import aggregate_wells, gather_embeddings
+    from cellica.adata import aggregate_wells, write_h5ad
+    from cellica.embed import gather_embeddings
 
     tiles = gather_embeddings(ns.shards, ns.out)
     if ns.wells_out:
@@ -85,6 +85,97 @@ def _cmd_transform(ns: argparse.Namespace) -> None:
         model.save(ns.model_out)
 
 
+def _cmd_evaluate(ns: argparse.Namespace) -> None:
+    from cellica.adata import read_h5ad
+    from cellica.atomic import write_parquet
+    from cellica.cli_params import dataclass_from_args
+    from cellica.evaluate import evaluate_genes, prepare, truth_alignment
+    from cellica.params import EvalParams
+
+    params = dataclass_from_args(EvalParams, ns)
+    adata = read_h5ad(ns.features)
+    variant = ns.variant or adata.uns.get("transform", {}).get("variant", "features")
+    per_gene, imps = evaluate_genes(adata, params, ns.chunk, variant, threads=ns.threads)
+    if ns.truth:
+        from cellica.tilestore import TileStore
+
+        store = TileStore.open(ns.truth)
+        per_gene = truth_alignment(per_gene, imps, prepare(adata, params), store.ground_truth("latents"),
+                                   store.ground_truth("effects"))
+    write_parquet(per_gene, ns.out)
+    write_parquet(imps, ns.importances_out)
+
+
+def _cmd_gather_eval(ns: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from cellica.atomic import write_parquet
+
+    per_gene = pd.concat([pd.read_parquet(p) for p in ns.per_gene], ignore_index=True)
+    dup = per_gene.duplicated(["variant", "gene"])
+    if dup.any():
+        raise CellicaError(f"gather-eval: genes evaluated twice, e.g. {per_gene.loc[dup, 'gene'].head(3).tolist()}")
+    write_parquet(per_gene.sort_values(["variant", "gene"]).reset_index(drop=True), ns.out)
+    imps = pd.concat([pd.read_parquet(p) for p in ns.importances], ignore_index=True)
+    write_parquet(imps, ns.importances_out)
+
+
+def _cmd_batch_metrics(ns: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from cellica.adata import read_h5ad
+    from cellica.atomic import write_parquet
+    from cellica.cli_params import dataclass_from_args
+    from cellica.evaluate import batch_metrics, phenotypic_activity
+    from cellica.params import EvalParams
+
+    params = dataclass_from_args(EvalParams, ns)
+    rows, activity = [], []
+    for path in ns.features:
+        adata = read_h5ad(path)
+        variant = adata.uns.get("transform", {}).get("variant", path)
+        rows.append(batch_metrics(adata, variant, params))
+        activity.append(phenotypic_activity(adata, variant, params))
+        log.info("%s: batch accuracy %.3f (chance %.3f), silhouette %.3f, kNN mixing %.3f; %.0f%% active",
+                 variant, rows[-1]["batch_accuracy"], rows[-1]["chance_accuracy"], rows[-1]["silhouette"],
+                 rows[-1]["knn_mixing"], 100 * activity[-1]["significant"].mean())
+    write_parquet(pd.DataFrame(rows), ns.out)
+    write_parquet(pd.concat(activity, ignore_index=True), ns.activity_out)
+
+
+def _cmd_summarize(ns: argparse.Namespace) -> None:
+    import json
+
+    import pandas as pd
+
+    from cellica.atomic import write_parquet
+    from cellica.evaluate import summary_table
+
+    per_gene = pd.concat([pd.read_parquet(p) for p in ns.per_gene], ignore_index=True)
+    table = summary_table(per_gene, pd.read_parquet(ns.batch), pd.read_parquet(ns.activity))
+    table.attrs["provenance"] = json.dumps({"per_gene": ns.per_gene, "batch": ns.batch, "config_hash": ns.config_hash})
+    write_parquet(table, ns.out)
+
+
+def _cmd_report(ns: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from cellica.report import ReportInputs, build_report
+
+    # Variant names come from the DAG's layout: eval/{variant}/per_gene.parquet, features/{variant}.h5ad.
+    inputs = ReportInputs(
+        summary=Path(ns.summary),
+        per_gene={Path(p).parent.name: Path(p) for p in ns.per_gene},
+        importances={Path(p).parent.name: Path(p) for p in ns.importances},
+        features={Path(p).stem: Path(p) for p in ns.features or []},
+        store=Path(ns.store) if ns.store else None,
+        benchmarks=Path(ns.benchmarks) if ns.benchmarks else None,
+        config=Path(ns.config) if ns.config else None,
+        config_hash=ns.config_hash,
+    )
+    build_report(inputs, ns.out, genes=ns.gene)
+
+
 def _cmd_inspect(ns: argparse.Namespace) -> None:
     import pandas as pd
 
@@ -112,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cellica.cli_params import add_dataclass_args
     from cellica.features import FeatureTableParams
     from cellica.ingest import IngestParams
-    from cellica.params import EmbedParams, TrainParams, TransformParams
+    from cellica.params import EmbedParams, EvalParams, TrainParams, TransformParams
     from cellica.simulate import SimulationParams
 
     parser = argparse.ArgumentParser(
@@ -171,6 +262,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--apply", default=None, metavar="MODEL", help="apply a saved transform instead of fitting")
     add_dataclass_args(p, TransformParams)
     p.set_defaults(func=_cmd_transform)
+
+    p = sub.add_parser("evaluate", help="per-gene LightGBM classifiers vs shared controls (AUROC, sparsity, ...)")
+    p.add_argument("--features", required=True, help="features of one variant (*.h5ad)")
+    p.add_argument("--out", required=True, help="per-gene table (*.parquet)")
+    p.add_argument("--importances-out", required=True, help="feature importances (*.parquet)")
+    p.add_argument("--variant", default=None, help="name in the tables (default: from the file)")
+    p.add_argument("--chunk", default=None, help="i/n: only every n-th gene from the i-th (0-based)")
+    p.add_argument("--truth", default=None, help="simulated tile store: add ground-truth alignment columns")
+    p.add_argument("--threads", type=int, default=1, help="genes fitted in parallel (one thread each)")
+    add_dataclass_args(p, EvalParams)
+    p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser("gather-eval", help="merge per-gene chunks of one variant")
+    p.add_argument("--per-gene", nargs="+", required=True)
+    p.add_argument("--importances", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--importances-out", required=True)
+    p.set_defaults(func=_cmd_gather_eval)
+
+    p = sub.add_parser("batch-metrics", help="batch signal on controls and replicate mAP, per variant")
+    p.add_argument("features", nargs="+", help="features of each variant (*.h5ad)")
+    p.add_argument("--out", required=True, help="batch metrics (*.parquet)")
+    p.add_argument("--activity-out", required=True, help="mAP per perturbation (*.parquet)")
+    add_dataclass_args(p, EvalParams)
+    p.set_defaults(func=_cmd_batch_metrics)
+
+    p = sub.add_parser("summarize", help="the paper's Tables 3-4 from the evaluation outputs")
+    p.add_argument("--per-gene", nargs="+", required=True)
+    p.add_argument("--batch", required=True)
+    p.add_argument("--activity", required=True)
+    p.add_argument("--config-hash", default="")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_summarize)
+
+    p = sub.add_parser("report", help="HTML reports: index.html and one page per gene")
+    p.add_argument("--summary", required=True, help="eval/summary.parquet")
+    p.add_argument("--per-gene", nargs="+", required=True, help="eval/{variant}/per_gene.parquet files")
+    p.add_argument("--importances", nargs="+", required=True, help="eval/{variant}/importances.parquet files")
+    p.add_argument("--features", nargs="*", help="features/{variant}.h5ad files (embedding plots, diagnostics)")
+    p.add_argument("--store", default=None, help="tile store (example tiles, ground truth)")
+    p.add_argument("--benchmarks", default=None, help="Snakemake benchmark folder (stage times)")
+    p.add_argument("--config", default=None, help="config file shown on the index")
+    p.add_argument("--config-hash", default="")
+    p.add_argument("--gene", nargs="*", default=None, help="only these genes' pages (default: all)")
+    p.add_argument("--out", required=True, help="report folder (index.html, genes/)")
+    p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("inspect", help="print counts and channel statistics of a tile store")
     p.add_argument("store", help="tile store (*.zarr)")

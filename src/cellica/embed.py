@@ -19,7 +19,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
@@ -34,9 +33,6 @@ from cellica.tilestore import TileStore
 from cellica.train import resolve_device
 
 log = get_logger("embed")
-
-WELL_KEYS = ("batch", "plate", "well")
-
 
 def parse_shard(spec: str | None, n_tiles: int, shard_tiles: int) -> tuple[int, int, int, int]:
     """``"i/n"`` -> (i, n, start, stop): the i-th (0-based) of n shard-aligned tile ranges."""
@@ -176,24 +172,3 @@ def gather_embeddings(paths: list[str | os.PathLike], out: str | os.PathLike | N
     if out is not None:
         write_h5ad(merged, out)
     return merged
-
-
-def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):
-    """Mean embedding per well; ``obs`` keeps columns constant within each well plus ``n_tiles``."""
-    obs = adata.obs
-    missing = [k for k in keys if k not in obs.columns]
-    if missing:
-        raise CellicaError(f"aggregate_wells: missing column(s) {missing}")
-    codes = obs.groupby(list(keys), sort=False, observed=True).ngroup().to_numpy()
-    n_groups = int(codes.max()) + 1 if codes.size else 0
-    sums = np.zeros((n_groups, adata.n_vars), np.float64)
-    np.add.at(sums, codes, np.asarray(adata.X, np.float64))
-    counts = np.bincount(codes, minlength=n_groups)
-    constant = [c for c in obs.columns
-                if (obs.groupby(codes, observed=True)[c].nunique(dropna=False) <= 1).all()]
-    well_obs = obs[constant].groupby(codes, observed=True).first()
-    well_obs["n_tiles"] = counts
-    well_obs.index = pd.Index(["/".join(map(str, row)) for row in well_obs[list(keys)].itertuples(index=False)], dtype=str)
-    uns = {"provenance": {**adata.uns.get("provenance", {}), "aggregated": {"level": "well", "keys": list(keys)}}}
-    return make_adata((sums / counts[:, None]).astype(np.float32), well_obs, list(adata.var_names), uns,
-                      "well aggregation")

@@ -64,6 +64,7 @@ class TransformParams:
     """Feature transforms (config section ``transform``; see :mod:`cellica.transforms`)."""
 
     fit_on: str = "controls"
+    fit_fraction: float = 0.5
     n_components: float | None = None
     eig_floor: float = 1e-6
     batch_correction: str = "center"
@@ -74,7 +75,7 @@ class TransformParams:
     ica_fit_on: str = "controls"
     ica_max_samples: int | None = 100000
     ica_max_iter: int = 500
-    ica_tol: float = 1e-4
+    ica_tol: float = 1e-3
     ica_device: str = "auto"
     sphering_epsilon: float = 1e-6
     harmony_theta: float = 2.0
@@ -94,5 +95,32 @@ class TransformParams:
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise CellicaError(f"transform: {key} must be one of {allowed}, got {getattr(self, key)!r}")
+        if not 0.0 < self.fit_fraction <= 1.0:
+            raise CellicaError(f"transform: fit_fraction must be in (0, 1], got {self.fit_fraction}")
         if self.n_components is not None and self.n_components <= 0:
             raise CellicaError(f"transform: n_components must be > 0 (a count, or a variance fraction < 1), got {self.n_components}")
+
+
+@dataclass
+class EvalParams:
+    """Per-gene classifiers and metrics (config section ``evaluate``)."""
+
+    level: str = "tiles"
+    split: str = "batch"
+    batch_key: str = "batch"
+    n_trees: int = 100
+    learning_rate: float = 0.05
+    num_leaves: int = 31
+    feature_fraction: float = 0.6
+    reg_alpha: float = 5.0
+    reg_lambda: float = 1.0
+    is_unbalance: bool = True
+    min_data_in_leaf: int = 20
+    max_bin: int = 63
+    importance_type: str = "gain"
+    top_fraction: float = 0.25
+    min_samples: int = 4
+    max_batch_samples: int = 5000
+    map_null_size: int = 10000
+    map_threshold: float = 0.05
+    seed: int = 0

@@ -68,8 +68,8 @@ class SimulationParams:
     n_channels: int = 5
     frac_null_genes: float = 0.2
     frac_weak_genes: float = 0.3
-    strong_effect: tuple[float, float] = (1.0, 1.6)
-    weak_effect: tuple[float, float] = (0.35, 0.6)
+    strong_effect: tuple[float, float] = (2.0, 3.0)
+    weak_effect: tuple[float, float] = (0.7, 1.2)
     max_factors_per_gene: int = 2
     guide_efficiency: tuple[float, float] = (0.6, 1.0)
     cell_jitter: float = 0.25

@@ -55,8 +55,41 @@ WHITE_TOL = 0.05  # largest |cov - I| entry at which a fit set still counts as w
 
 
 # ---------------------------------------------------------------------- helpers
+FIT_COL = "transform_fit"
+
+
 def controls_mask(obs: pd.DataFrame) -> np.ndarray:
-    return obs["is_control"].to_numpy(dtype=bool)
+    """The controls whose statistics the transforms use (those marked ``transform_fit``)."""
+    ctrl = obs["is_control"].to_numpy(dtype=bool)
+    return ctrl & obs[FIT_COL].to_numpy(dtype=bool) if FIT_COL in obs else ctrl
+
+
+def usable_rows(obs: pd.DataFrame) -> np.ndarray:
+    """All samples except the controls held back for evaluation."""
+    ctrl = obs["is_control"].to_numpy(dtype=bool)
+    return ~ctrl | controls_mask(obs)
+
+
+def fit_control_mask(obs: pd.DataFrame, fraction: float, seed: int, batch_key: str) -> np.ndarray:
+    """Seeded split of the controls, per batch: ``fraction`` fit the transforms, the rest are
+    held back so that the classifiers compare perturbations with controls the transform never saw.
+
+    The split depends only on the sample ids, the batches and the seed, so every variant
+    (``base`` included) holds back the same controls.
+    """
+    ctrl = obs["is_control"].to_numpy(dtype=bool)
+    mask = ctrl.copy()
+    if fraction >= 1.0:
+        return mask
+    keys = obs[batch_key].astype(str).to_numpy() if batch_key in obs else np.zeros(len(obs), str)
+    ids = obs.index.astype(str).to_numpy()
+    rng = np.random.default_rng(seed)
+    for batch in sorted(set(keys[ctrl])):
+        rows = np.flatnonzero(ctrl & (keys == batch))
+        rows = rows[np.argsort(ids[rows], kind="stable")]
+        held = rng.permutation(rows.size)[: rows.size - max(1, int(round(fraction * rows.size)))]
+        mask[rows[held]] = False
+    return mask
 
 
 def batch_stats(x: np.ndarray, obs: pd.DataFrame, key: str, scale: bool, source: str) -> dict[str, tuple]:
@@ -125,11 +158,17 @@ class Transform:
 
     # -- public API
     def fit(self, adata) -> Transform:
-        """Fit on a features AnnData (controls chosen by ``obs.is_control``)."""
+        """Fit on a features AnnData (controls chosen by ``obs.is_control``, split by ``fit_fraction``)."""
         t0 = time.perf_counter()
         x = np.asarray(adata.X, dtype=np.float64)
         self.in_features = list(map(str, adata.var_names))
-        self._fit(x, adata.obs, self._source(adata))
+        obs = adata.obs.copy()
+        p = self.params
+        obs[FIT_COL] = fit_control_mask(obs, p.fit_fraction, p.seed, p.batch_key)
+        self._fitted = (list(map(str, adata.obs_names)), obs[FIT_COL].to_numpy())
+        self.info["fit_controls"] = int(obs[FIT_COL].sum())
+        self.info["held_back_controls"] = int((obs["is_control"] & ~obs[FIT_COL]).sum())
+        self._fit(x, obs, self._source(adata))
         self.info["fit_seconds"] = round(time.perf_counter() - t0, 3)
         self.info["fit_samples"] = int(adata.n_obs)
         return self
@@ -147,12 +186,18 @@ class Transform:
         names = list(map(str, adata.var_names))
         if names != self.in_features:
             raise CellicaError(f"{source}: feature names differ from those the transform was fitted on")
-        y = self._apply(np.asarray(adata.X, dtype=np.float64), adata.obs, source)
+        obs = adata.obs.copy()
+        fitted = getattr(self, "_fitted", None)
+        if fitted is not None and fitted[0] == list(map(str, adata.obs_names)):
+            obs[FIT_COL] = fitted[1]
+        elif FIT_COL not in obs:  # new data: its own controls give the per-batch statistics
+            obs[FIT_COL] = obs["is_control"].to_numpy(dtype=bool)
+        y = self._apply(np.asarray(adata.X, dtype=np.float64), obs, source)
         var = self.out_names(y.shape[1])
         uns = dict(adata.uns)
         uns["transform"] = {"variant": self.variant, "params": asdict(self.params), "diagnostics": self.info,
                             "cellica_version": __version__, "in_features": len(self.in_features)}
-        return make_adata(y, adata.obs.copy(), var, uns, source)
+        return make_adata(y, obs, var, uns, source)
 
     def fit_transform(self, adata):
         return self.fit(adata).transform(adata)
@@ -235,7 +280,7 @@ class PCAWhitening(Transform):
 
     def _fit_rows(self, obs, source) -> np.ndarray:
         if self.params.fit_on == "all":
-            return np.ones(len(obs), bool)
+            return usable_rows(obs)
         ctrl = controls_mask(obs)
         if not ctrl.any():
             raise CellicaError(f"{source}: no control samples (is_control is false everywhere); "
@@ -292,7 +337,7 @@ class PCAICA(PCAWhitening):
         super()._fit(x, obs, source)
         p = self.params
         z = self._whiten(x, obs, source)
-        rows = controls_mask(obs) if p.ica_fit_on == "controls" else np.ones(len(obs), bool)
+        rows = controls_mask(obs) if p.ica_fit_on == "controls" else usable_rows(obs)
         if not rows.any():
             raise CellicaError(f"{source}: ICA on controls, but there are none")
         fit = z[rows]
@@ -363,13 +408,9 @@ class _Transductive(Transform):
 
     transductive = True
 
-    def fit(self, adata):
-        self._fitted_ids = list(map(str, adata.obs_names))
-        super().fit(adata)
-        return self
-
     def transform(self, adata):
-        if getattr(self, "_fitted_ids", None) != list(map(str, adata.obs_names)):
+        fitted = getattr(self, "_fitted", None)
+        if fitted is None or fitted[0] != list(map(str, adata.obs_names)):
             raise CellicaError(
                 f"{self.variant} corrects the samples it was fitted on and cannot be applied to other "
                 "samples; refit it on the combined data"

@@ -1,4 +1,6 @@
 # Config validation, output paths and the helper that turns a config section into CLI options.
+import hashlib
+import json
 import shlex
 
 from snakemake.utils import validate
@@ -17,6 +19,12 @@ N_SHARDS = config["embed"]["shards"]
 GPUS = config["compute"]["gpus"]
 VARIANTS = config["transform"]["variants"]
 FEATURES = f"{RESULTS}/features/{{variant}}.h5ad"
+EVAL = f"{RESULTS}/eval"
+SUMMARY = f"{EVAL}/summary.parquet"
+N_CHUNKS = config["evaluate"]["chunks"]
+# Short hash of the validated config (defaults filled): every report number cites it.
+CONFIG_FILE = (workflow.overwrite_configfiles or ["config/config.yaml"])[-1]
+CONFIG_HASH = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
 CONDA_ENV = "../envs/cellica.yaml"
 
 
@@ -49,8 +57,29 @@ def transform_input(wildcards):
     return EMB
 
 
+def evaluate_inputs(wildcards):
+    """The variant's features, plus the simulated store for ground-truth alignment."""
+    inputs = {"features": FEATURES.format(variant=wildcards.variant)}
+    if config["source"] == "simulate":
+        inputs["tiles"] = TILES
+    return inputs
+
+
+def report_inputs(wildcards):
+    """Everything the HTML reports read; the tile store only when there is one."""
+    inputs = {
+        "summary": SUMMARY,
+        "per_gene": expand(f"{EVAL}/{{variant}}/per_gene.parquet", variant=VARIANTS),
+        "importances": expand(f"{EVAL}/{{variant}}/importances.parquet", variant=VARIANTS),
+        "features": expand(FEATURES, variant=VARIANTS),
+    }
+    if config["source"] != "features":
+        inputs["tiles"] = TILES
+    return inputs
+
+
 def final_outputs():
-    features = expand(FEATURES, variant=VARIANTS)
-    if config["source"] == "features":
-        return features
-    return [f"{RESULTS}/qc/tiles_summary.txt", *features]
+    outputs = [SUMMARY, "reports/index.html", "reports/genes"]
+    if config["source"] != "features":
+        outputs.append(f"{RESULTS}/qc/tiles_summary.txt")
+    return outputs

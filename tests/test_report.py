@@ -1,0 +1,133 @@
+import json
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+
+from cellica.errors import CellicaError
+from cellica.evaluate import batch_metrics, evaluate_genes, phenotypic_activity, summary_table
+from cellica.params import EvalParams
+from cellica.report import ReportBuilder, ReportInputs, build_report
+
+UNSAFE = ["GENE/1", "../etc", "<script>alert(1)</script>"]
+FAST = EvalParams(n_trees=10, min_data_in_leaf=5, map_null_size=100)
+
+
+class Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags, self.links, self.scripts, self.tables, self._in_script = [], [], [], 0, False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.tables += tag == "table"
+        if tag == "a":
+            self.links.append(dict(attrs)["href"])
+        self._in_script = tag == "script"
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.scripts.append(data)
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+
+def parse(path: Path) -> Page:
+    page = Page()
+    page.feed(path.read_text())
+    return page
+
+
+@pytest.fixture(scope="module")
+def eval_outputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    rng = np.random.default_rng(0)
+    rows, xs = [], []
+    for b in ("B1", "B2"):
+        for gene in ["ctrl", *UNSAFE]:
+            x = rng.normal(size=(30, 5))
+            if gene == UNSAFE[0]:
+                x[:, 1] += 2
+            xs.append(x)
+            rows += [{"plate": f"{b}P", "well": f"{gene}{k % 3}", "batch": b, "perturbation": gene,
+                      "is_control": gene == "ctrl"} for k in range(30)]
+    obs = pd.DataFrame(rows, index=[f"s{i}" for i in range(len(rows))])
+    data = ad.AnnData(np.vstack(xs).astype(np.float32), obs=obs, var=pd.DataFrame(index=[f"f{i}" for i in range(5)]))
+    paths = {"per_gene": {}, "importances": {}, "features": {}}
+    per_gene, batches, acts = [], [], []
+    for variant in ("base", "pca"):
+        pg, imp = evaluate_genes(data, FAST, variant=variant)
+        (root / variant).mkdir()
+        pg.to_parquet(root / variant / "per_gene.parquet")
+        imp.to_parquet(root / variant / "importances.parquet")
+        data.uns["transform"] = {"variant": variant, "diagnostics": {"fit_rows": 60}}
+        data.write_h5ad(root / f"{variant}.h5ad")
+        paths["per_gene"][variant] = root / variant / "per_gene.parquet"
+        paths["importances"][variant] = root / variant / "importances.parquet"
+        paths["features"][variant] = root / f"{variant}.h5ad"
+        per_gene.append(pg)
+        batches.append(batch_metrics(data, variant, FAST))
+        acts.append(phenotypic_activity(data, variant, FAST))
+    summary_table(pd.concat(per_gene), pd.DataFrame(batches), pd.concat(acts)).to_parquet(root / "summary.parquet")
+    return ReportInputs(summary=root / "summary.parquet", config_hash="abc123", **paths)
+
+
+def test_index_and_gene_pages_are_complete_and_safe(eval_outputs, tmp_path):
+    index = build_report(eval_outputs, tmp_path / "reports")
+    page = parse(index)
+    assert page.tables >= 3 and "svg" in page.tags
+    text = index.read_text()
+    assert "<script>alert(1)</script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "abc123" in text and "How to read this" in text
+    gene_links = [link for link in page.links if link.startswith("genes/")]
+    assert len(gene_links) == len(UNSAFE)
+    for link in gene_links:
+        target = (index.parent / link).resolve()
+        assert target.is_file() and target.parent == (tmp_path / "reports" / "genes").resolve()
+        gene_page = parse(target)
+        assert "svg" in gene_page.tags and gene_page.tables >= 2
+        assert "../index.html" in gene_page.links
+        assert "<script>alert" not in target.read_text()
+    # Only the page's own sorting script, never a script from a gene name; no external resources.
+    assert len(page.scripts) == 1 and "http" not in page.scripts[0]
+    assert "Example tiles are unavailable" in (tmp_path / "reports" / gene_links[0]).read_text()
+
+
+def test_unknown_gene_and_missing_inputs(eval_outputs, tmp_path):
+    builder = ReportBuilder(eval_outputs, tmp_path)
+    with pytest.raises(CellicaError, match=r"no results for gene\(s\) \['NOPE'\]"):
+        builder.build_genes(["NOPE"])
+    missing = ReportInputs(**{**eval_outputs.__dict__, "summary": tmp_path / "none.parquet"})
+    with pytest.raises(CellicaError, match="summary .* does not exist"):
+        ReportBuilder(missing, tmp_path)
+
+
+def test_thousand_genes_index_stays_small(eval_outputs, tmp_path):
+    pg = pd.read_parquet(eval_outputs.per_gene["base"])
+    many = pd.concat([pg.assign(gene=[f"G{i:04d}_{j}" for j in range(len(pg))]) for i in range(334)])
+    (tmp_path / "base").mkdir()
+    many.to_parquet(tmp_path / "base" / "per_gene.parquet")
+    inputs = ReportInputs(**{**eval_outputs.__dict__, "per_gene": {"base": tmp_path / "base" / "per_gene.parquet"}})
+    builder = ReportBuilder(inputs, tmp_path / "r")
+    index = builder.build_index()
+    assert index.stat().st_size < 2_000_000
+    assert "filter genes" in index.read_text()
+
+
+def test_render_index_in_headless_chromium(eval_outputs, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.skip("Debian's chromium is not installed here")
+    index = build_report(eval_outputs, tmp_path / "reports")
+    shot = tmp_path / "index.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--no-first-run", f"--user-data-dir={tmp_path / 'chrome'}", f"--screenshot={shot}",
+                    "--window-size=1280,900", index.as_uri()], check=True, capture_output=True, timeout=120)
+    assert shot.stat().st_size > 10_000
+    json.dumps(str(shot))

@@ -1,0 +1,102 @@
+# Stage 4: per-gene classifiers in chunks of genes (separate jobs), merged per variant;
+# batch metrics and replicate mAP per variant; the summary tables.
+
+
+rule evaluate_chunk:
+    input:
+        unpack(evaluate_inputs),
+    output:
+        per_gene=temp(f"{EVAL}/{{variant}}/chunks/{{chunk}}-of-{N_CHUNKS}.parquet"),
+        importances=temp(f"{EVAL}/{{variant}}/chunks/{{chunk}}-of-{N_CHUNKS}.importances.parquet"),
+    log:
+        f"{LOGS}/evaluate/{{variant}}-{{chunk}}-of-{N_CHUNKS}.log",
+    benchmark:
+        f"{BENCH}/evaluate/{{variant}}-{{chunk}}-of-{N_CHUNKS}.tsv"
+    conda:
+        CONDA_ENV
+    wildcard_constraints:
+        variant="|".join(VARIANTS),
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=240,
+    params:
+        args=cli_args(config["evaluate"], skip=("chunks",)),
+        n_chunks=N_CHUNKS,
+        truth=lambda wildcards, input: f"--truth {input.tiles}" if "tiles" in input.keys() else "",
+    shell:
+        "cellica evaluate --features {input.features} --out {output.per_gene}"
+        " --importances-out {output.importances} --chunk {wildcards.chunk}/{params.n_chunks}"
+        " --threads {threads} {params.truth} {params.args} 2> {log}"
+
+
+rule gather_eval:
+    input:
+        per_gene=expand(f"{EVAL}/{{{{variant}}}}/chunks/{{chunk}}-of-{N_CHUNKS}.parquet", chunk=range(N_CHUNKS)),
+        importances=expand(
+            f"{EVAL}/{{{{variant}}}}/chunks/{{chunk}}-of-{N_CHUNKS}.importances.parquet", chunk=range(N_CHUNKS)
+        ),
+    output:
+        per_gene=f"{EVAL}/{{variant}}/per_gene.parquet",
+        importances=f"{EVAL}/{{variant}}/importances.parquet",
+    log:
+        f"{LOGS}/gather_eval/{{variant}}.log",
+    benchmark:
+        f"{BENCH}/gather_eval/{{variant}}.tsv"
+    conda:
+        CONDA_ENV
+    wildcard_constraints:
+        variant="|".join(VARIANTS),
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "cellica gather-eval --per-gene {input.per_gene} --importances {input.importances}"
+        " --out {output.per_gene} --importances-out {output.importances} 2> {log}"
+
+
+rule batch_metrics:
+    input:
+        expand(FEATURES, variant=VARIANTS),
+    output:
+        batch=f"{EVAL}/batch_metrics.parquet",
+        activity=f"{EVAL}/activity.parquet",
+    log:
+        f"{LOGS}/batch_metrics.log",
+    benchmark:
+        f"{BENCH}/batch_metrics.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    params:
+        args=cli_args(config["evaluate"], skip=("chunks",)),
+    shell:
+        "cellica batch-metrics {input} --out {output.batch} --activity-out {output.activity} {params.args} 2> {log}"
+
+
+rule summarize:
+    input:
+        per_gene=expand(f"{EVAL}/{{variant}}/per_gene.parquet", variant=VARIANTS),
+        batch=f"{EVAL}/batch_metrics.parquet",
+        activity=f"{EVAL}/activity.parquet",
+    output:
+        report(SUMMARY, category="2. Results", caption="../report/summary.rst"),
+    log:
+        f"{LOGS}/summarize.log",
+    benchmark:
+        f"{BENCH}/summarize.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        config_hash=CONFIG_HASH,
+    shell:
+        "cellica summarize --per-gene {input.per_gene} --batch {input.batch} --activity {input.activity}"
+        " --config-hash {params.config_hash} --out {output} 2> {log}"

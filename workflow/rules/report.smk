@@ -1,0 +1,37 @@
+# Stage 5: the HTML reports (index + one page per gene) and the Snakemake report hooks.
+
+
+rule report:
+    input:
+        unpack(report_inputs),
+    output:
+        index=report(
+            "reports/index.html",
+            category="3. Reports",
+            caption="../report/index.rst",
+        ),
+        genes=report(
+            directory("reports/genes"),
+            category="3. Reports",
+            htmlindex="index.html",
+            caption="../report/genes.rst",
+        ),
+    log:
+        f"{LOGS}/report.log",
+    benchmark:
+        f"{BENCH}/report.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    params:
+        store=lambda wildcards, input: f"--store {input.tiles}" if "tiles" in input.keys() else "",
+        bench=BENCH,
+        config_hash=CONFIG_HASH,
+        config_file=CONFIG_FILE,
+    shell:
+        "cellica report --summary {input.summary} --per-gene {input.per_gene} --importances {input.importances}"
+        " --features {input.features} {params.store} --benchmarks {params.bench} --config {params.config_file}"
+        " --config-hash {params.config_hash} --out reports 2> {log}"
