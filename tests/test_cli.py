@@ -7,7 +7,8 @@ from cellica.cli import build_parser, main
 from cellica.cli_params import parse_value
 from cellica.errors import CellicaError
 
-STAGES = ["simulate", "ingest", "inspect", "train-mae", "embed", "gather-embeddings", "import-features"]
+STAGES = ["simulate", "ingest", "inspect", "train-mae", "embed", "gather-embeddings", "import-features",
+          "transform", "evaluate", "gather-eval", "batch-metrics", "summarize", "report"]
 
 
 def test_help_lists_every_stage(capsys):
@@ -64,3 +65,31 @@ def test_parser_builds_without_heavy_imports():
 
 def test_parser_is_reusable():
     assert build_parser().parse_args(["inspect", "x"]).store == "x"
+
+
+def test_transform_cli_fit_apply_and_bad_inputs(tmp_path, capsys):
+    import anndata as ad
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    obs = pd.DataFrame({"plate": "P", "well": "W", "batch": ["B1", "B2"] * 20, "perturbation": ["c"] * 30 + ["g"] * 10,
+                        "is_control": [True] * 30 + [False] * 10}, index=[f"s{i}" for i in range(40)])
+    ad.AnnData(rng.normal(size=(40, 3)).astype(np.float32), obs=obs).write_h5ad(tmp_path / "e.h5ad")
+    assert main(["transform", "--variant", "pca_ica", "--input", str(tmp_path / "e.h5ad"), "--out", str(tmp_path / "f.h5ad"),
+                 "--model-out", str(tmp_path / "m.npz")]) == 0
+    assert main(["transform", "--apply", str(tmp_path / "m.npz"), "--input", str(tmp_path / "e.h5ad"),
+                 "--out", str(tmp_path / "g.h5ad")]) == 0
+    assert main(["transform", "--variant", "ica", "--input", str(tmp_path / "e.h5ad"), "--out", str(tmp_path / "x.h5ad")]) == 2
+    assert "unknown transform variant 'ica'" in capsys.readouterr().err
+    bad = ad.read_h5ad(tmp_path / "e.h5ad")
+    bad.X[3, 1] = np.nan
+    bad.write_h5ad(tmp_path / "nan.h5ad")
+    assert main(["transform", "--variant", "pca", "--input", str(tmp_path / "nan.h5ad"), "--out", str(tmp_path / "x.h5ad")]) == 2
+    assert "NaN/Inf features, e.g. ['s3']" in capsys.readouterr().err
+    assert not (tmp_path / "x.h5ad").exists()
+    assert main(["evaluate", "--features", str(tmp_path / "missing.h5ad"), "--out", str(tmp_path / "p.parquet"),
+                 "--importances-out", str(tmp_path / "i.parquet")]) == 2
+    assert "missing.h5ad does not exist" in capsys.readouterr().err
+    assert main(["report", "--summary", str(tmp_path / "none.parquet"), "--per-gene", "x", "--importances", "y",
+                 "--out", str(tmp_path / "r")]) == 2

@@ -105,6 +105,15 @@ def test_dag_builds_the_tile_store(tiny_run):
     assert "simulated" in (tiny_run / "results" / "logs" / "simulate.log").read_text()
 
 
+def test_snakemake_report_packs_the_outputs(tiny_run):
+    run = snakemake(tiny_run, "--report", str(tiny_run / "report.zip"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    import zipfile
+
+    names = zipfile.ZipFile(tiny_run / "report.zip").namelist()
+    assert any(n.endswith("genes/index.html") for n in names) and any(n.endswith("summary.parquet") for n in names)
+
+
 def test_rerun_has_nothing_to_do(tiny_run):
     run = snakemake(tiny_run, "--dry-run")
     assert run.returncode == 0 and "Nothing to be done" in run.stdout + run.stderr

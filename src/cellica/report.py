@@ -219,6 +219,10 @@ class ReportBuilder:
         imps = {v: pd.read_parquet(p) for v, p in self.inp.importances.items() if Path(p).is_file()}
         effects = store.ground_truth("effects").set_index("gene") if store is not None and (store.path / "ground_truth").is_dir() else None
         template = self.env.get_template("gene.html")
+        # The folder's own entry page (Snakemake's report embeds the folder through it).
+        links = [(g, Path(self.links[g]).name) for g in self.genes]
+        _write(self.out / "genes" / "index.html",
+               self.env.get_template("genes_index.html").render(links=links, prov=self.provenance))
         paths = []
         for gene in genes:
             ctx = self.gene_context(gene, features, imps, store, effects)
@@ -261,8 +265,10 @@ class ReportBuilder:
         some = next(iter(features.values()), None)
         if some is not None:
             obs = some.obs
-            sub = obs[(obs["perturbation"].astype(str) == gene) | obs["is_control"]]
-            counts = (sub.assign(kind=np.where(sub["is_control"], "controls", gene))
+            # Controls that fitted the transforms are not compared with the genes: count the others.
+            held = ~obs["transform_fit"].astype(bool) if "transform_fit" in obs else True
+            sub = obs[((obs["perturbation"].astype(str) == gene) | obs["is_control"]) & held]
+            counts = (sub.assign(kind=np.where(sub["is_control"], "held-back controls", gene))
                       .groupby(["batch", "kind"], observed=True).size().unstack(fill_value=0).reset_index().to_dict("records"))
         truth = None
         if effects is not None and gene in effects.index:

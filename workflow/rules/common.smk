@@ -1,6 +1,7 @@
 # Config validation, output paths and the helper that turns a config section into CLI options.
 import hashlib
 import json
+import os
 import shlex
 
 from snakemake.utils import validate
@@ -9,6 +10,7 @@ from snakemake.utils import validate
 validate(config, schema="../schemas/config.schema.yaml")
 
 RESULTS = config["results_dir"]
+REPORTS = config["reports_dir"]
 LOGS = f"{RESULTS}/logs"
 BENCH = f"{RESULTS}/benchmarks"
 TILES = f"{RESULTS}/tiles.zarr"
@@ -79,7 +81,7 @@ def report_inputs(wildcards):
 
 
 def final_outputs():
-    outputs = [SUMMARY, "reports/index.html", "reports/genes"]
+    outputs = [SUMMARY, f"{REPORTS}/index.html", f"{REPORTS}/genes"]
     if config["source"] != "features":
         outputs.append(f"{RESULTS}/qc/tiles_summary.txt")
     return outputs

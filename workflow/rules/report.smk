@@ -6,12 +6,12 @@ rule report:
         unpack(report_inputs),
     output:
         index=report(
-            "reports/index.html",
+            f"{REPORTS}/index.html",
             category="3. Reports",
             caption="../report/index.rst",
         ),
         genes=report(
-            directory("reports/genes"),
+            directory(f"{REPORTS}/genes"),
             category="3. Reports",
             htmlindex="index.html",
             caption="../report/genes.rst",
@@ -31,7 +31,8 @@ rule report:
         bench=BENCH,
         config_hash=CONFIG_HASH,
         config_file=CONFIG_FILE,
+        reports=lambda wildcards, output: os.path.dirname(output.index),
     shell:
         "cellica report --summary {input.summary} --per-gene {input.per_gene} --importances {input.importances}"
         " --features {input.features} {params.store} --benchmarks {params.bench} --config {params.config_file}"
-        " --config-hash {params.config_hash} --out reports 2> {log}"
+        " --config-hash {params.config_hash} --out {params.reports} 2> {log}"
