@@ -3,8 +3,8 @@
     python benchmarks/evaluate.py [--genes 100] [--controls 22000] [--dims 384] [--per-gene 64] [--threads 2]
 
 Synthetic features: controls and genes drawn from a standard normal in `--dims`
-dimensions, each gene shifting 1-3 random features by 0.3-1.0 SD (realistic
-per-sample effect sizes), over 4 batches. Both ways run in this one process on the
+dimensions, each gene shifting 1-3 random features by `--effect` SD (default 0.3-1.0:
+realistic per-sample effect sizes), over 4 batches. Both ways run in this one process on the
 same data with the paper's LightGBM parameters; prints wall times, the speed-up and
 the largest per-gene AUROC difference.
 """
@@ -22,14 +22,14 @@ from cellica.evaluate import evaluate_genes
 from cellica.params import EvalParams
 
 
-def make_screen(genes: int, controls: int, dims: int, per_gene: int, seed: int = 0):
+def make_screen(genes: int, controls: int, dims: int, per_gene: int, effect: tuple[float, float], seed: int = 0):
     rng = np.random.default_rng(seed)
     xs = [rng.standard_normal((controls, dims), dtype=np.float32)]
     rows = [{"perturbation": "ctrl", "is_control": True, "batch": f"B{i % 4}"} for i in range(controls)]
     for g in range(genes):
         x = rng.standard_normal((per_gene, dims), dtype=np.float32)
         cols = rng.choice(dims, rng.integers(1, 4), replace=False)
-        x[:, cols] += rng.uniform(0.3, 1.0, cols.size).astype(np.float32)
+        x[:, cols] += rng.uniform(*effect, cols.size).astype(np.float32)
         xs.append(x)
         b = rng.choice(4, 2, replace=False)
         rows += [{"perturbation": f"G{g:03d}", "is_control": False, "batch": f"B{b[i % 2]}"} for i in range(per_gene)]
@@ -48,9 +48,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--max-bin", type=int, default=EvalParams.max_bin)
+    ap.add_argument("--effect", default="0.3,1.0", help="range of the per-feature shifts, in SD")
     args = ap.parse_args()
-    data = make_screen(args.genes, args.controls, args.dims, args.per_gene)
-    print(f"{args.genes} genes x {args.controls} controls x {args.dims} features, {args.trees} trees, "
+    effect = tuple(float(v) for v in args.effect.split(","))
+    data = make_screen(args.genes, args.controls, args.dims, args.per_gene, effect)
+    print(f"{args.genes} genes x {args.controls} controls x {args.dims} features, effects {effect} SD, {args.trees} trees, "
           f"max_bin {args.max_bin}, {args.threads} thread(s)")
     params = EvalParams(n_trees=args.trees, max_bin=args.max_bin)
     times, tables = {}, {}

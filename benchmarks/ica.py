@@ -43,7 +43,7 @@ def run(x, backends, max_iter, mixing=None) -> list[dict]:
     rows = []
     for b in backends:
         t0 = time.perf_counter()
-        res = fit_rotation(x, backend=b, max_iter=max_iter, tol=1e-3 if b == "cellica" else 1e-4)
+        res = fit_rotation(x, backend=b, max_iter=max_iter, tol=1e-4)
         rows.append({"backend": b, "seconds": time.perf_counter() - t0, "iterations": res.diagnostics["n_iter"],
                      "converged": res.diagnostics["converged"], "rel. gradient": res.diagnostics["gradient_norm"],
                      "amari": amari_distance(res.rotation, mixing) if mixing is not None else float("nan")})

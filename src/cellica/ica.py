@@ -6,7 +6,9 @@ BLAS or a GPU:
 
 * the contrast is ``sum_i s_i E[log cosh y_i]`` over the rotated features
   ``y = W x``, with a sign ``s_i`` per component (the "extended" rule) so that
-  super- and sub-Gaussian sources are both found;
+  super- and sub-Gaussian sources are both found; signs start at +1 (super-Gaussian)
+  and are revised only at stationary points, never on the near-Gaussian mixtures of
+  a random start;
 * steps are rotations ``W <- cayley(a E) W`` with ``E`` skew-symmetric (the Cayley
   transform, a cheap stand-in for ``expm``), so ``W`` stays orthogonal and the output white;
 * ``E`` is an L-BFGS direction preconditioned by the closed-form approximate
@@ -126,7 +128,7 @@ def _fastica_steps(prob: _Problem, w, steps: int):
 
 def _cellica_ica(x: np.ndarray, max_iter: int, tol: float, seed: int, device: str, m: int = 30,
                  lambda_min: float = 1e-2, w0: np.ndarray | None = None,
-                 fastica_steps: int = 10) -> tuple[np.ndarray, dict]:
+                 fastica_steps: int = 10, extended: bool = True) -> tuple[np.ndarray, dict]:
     import torch
 
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
@@ -145,17 +147,22 @@ def _cellica_ica(x: np.ndarray, max_iter: int, tol: float, seed: int, device: st
     n_iter, gnorm, converged, sign_flips = 0, float("inf"), False, 0
     grad, k, stat = prob.grad(y, psi, signs)
     for n_iter in range(1, max_iter + 1):
-        new_signs = torch.where(stat < 0, -1.0, 1.0).to(signs)
-        if not torch.equal(new_signs, signs):  # extended rule: a component changed type
+        gnorm = float(grad.abs().max())
+        if gnorm < tol:
+            # Extended rule, applied only at a stationary point: near a random start every
+            # component is a near-Gaussian mixture whose sign statistic is noise, and signs
+            # chosen there steer the fit to a wrong stationary point (measured: Amari 0.13
+            # vs 0.006 on 128 Laplace sources). Sub-Gaussian components flip and the fit goes on.
+            new_signs = torch.where(stat < 0, -1.0, 1.0).to(signs) if extended else signs
+            if torch.equal(new_signs, signs):
+                converged = True
+                break
             sign_flips += int((new_signs != signs).sum())
             signs = new_signs
             s_mem, y_mem, r_mem = [], [], []
             grad, k, _ = prob.grad(y, psi, signs)
+            gnorm = float(grad.abs().max())
         loss0 = float((logcosh * signs).sum())
-        gnorm = float(grad.abs().max())
-        if gnorm < tol:
-            converged = True
-            break
         kmat = (k[:, None] + k[None, :]).clamp(min=lambda_min)
         direction = _lbfgs_direction(grad, kmat, s_mem, y_mem, r_mem)
         if _skew_dot(direction, grad) >= 0:  # not a descent direction: fall back to Newton
@@ -301,13 +308,17 @@ def fit_rotation(
         diag = {"n_iter": int(ica.n_iter_), "converged": converged, "gradient_norm": _relative_gradient(x, rot)}
         contrast = "logcosh (FastICA parallel)"
     else:
+        import warnings
+
         from picard import picard
 
-        _, w, _, n_iter = picard(x.T.astype(np.float64), ortho=True, extended=True, whiten=False,
-                                 max_iter=max_iter, tol=tol, random_state=seed, return_n_iter=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            _, w, _, n_iter = picard(x.T.astype(np.float64), ortho=True, extended=True, whiten=False,
+                                     max_iter=max_iter, tol=tol, random_state=seed, return_n_iter=True)
         rot = w
-        gn = _relative_gradient(x, rot)
-        diag = {"n_iter": int(n_iter), "converged": bool(n_iter < max_iter), "gradient_norm": gn}
+        converged = not any("did not converge" in str(c.message) for c in caught)
+        diag = {"n_iter": int(n_iter), "converged": converged, "gradient_norm": _relative_gradient(x, rot)}
         contrast = "logcosh (Picard-O extended)"
     diag = {"backend": backend, "contrast": contrast, "max_iter": max_iter, "tol": tol,
             "seconds": time.perf_counter() - t0, **diag}

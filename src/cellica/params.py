@@ -74,8 +74,8 @@ class TransformParams:
     ica_backend: str = "cellica"
     ica_fit_on: str = "controls"
     ica_max_samples: int | None = 100000
-    ica_max_iter: int = 500
-    ica_tol: float = 1e-3
+    ica_max_iter: int = 1000
+    ica_tol: float = 1e-4
     ica_device: str = "auto"
     sphering_epsilon: float = 1e-6
     harmony_theta: float = 2.0

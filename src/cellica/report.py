@@ -216,7 +216,9 @@ class ReportBuilder:
                 store_note = f"Example tiles are unavailable: {exc}"
         else:
             store_note = "Example tiles are unavailable: this run has no tile store (features were imported)."
-        imps = {v: pd.read_parquet(p) for v, p in self.inp.importances.items() if Path(p).is_file()}
+        # Grouped once: filtering a genes x features table per gene would be quadratic.
+        imps = {v: {str(g): t for g, t in pd.read_parquet(p).groupby("gene", sort=False)}
+                for v, p in self.inp.importances.items() if Path(p).is_file()}
         effects = store.ground_truth("effects").set_index("gene") if store is not None and (store.path / "ground_truth").is_dir() else None
         template = self.env.get_template("gene.html")
         # The folder's own entry page (Snakemake's report embeds the folder through it).
@@ -248,8 +250,8 @@ class ReportBuilder:
         }
         importance = []
         for v in variants:
-            if v in imps:
-                vals = imps[v][imps[v]["gene"].astype(str) == gene].sort_values("importance", ascending=False)
+            if v in imps and gene in imps[v]:
+                vals = imps[v][gene].sort_values("importance", ascending=False)
                 if len(vals) and vals["importance"].max() > 0:
                     top = vals.head(20)
                     norm = top["importance"] / vals["importance"].max()
@@ -259,8 +261,8 @@ class ReportBuilder:
                                                         f"{v}: top-20 importances (of {len(vals)}), max = 1", bar_h=12)})
         embeddings = []
         for v in variants:
-            if v in features and v in imps:
-                embeddings.append({"variant": v, "svg": self._embedding_plot(features[v], imps[v], gene, v)})
+            if v in features and gene in imps.get(v, {}):
+                embeddings.append({"variant": v, "svg": self._embedding_plot(features[v], imps[v][gene], gene, v)})
         counts = {}
         some = next(iter(features.values()), None)
         if some is not None:
@@ -286,7 +288,7 @@ class ReportBuilder:
 
     def _embedding_plot(self, adata, imps: pd.DataFrame, gene: str, variant: str) -> str:
         """The gene vs (subsampled) controls on the two features its classifier used most."""
-        top = imps[imps["gene"].astype(str) == gene].nlargest(2, "importance")["feature"].astype(str).tolist()
+        top = imps.nlargest(2, "importance")["feature"].astype(str).tolist()
         if len(top) < 2:
             return ""
         obs = adata.obs
