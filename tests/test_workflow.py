@@ -111,7 +111,8 @@ def test_snakemake_report_packs_the_outputs(tiny_run):
     import zipfile
 
     names = zipfile.ZipFile(tiny_run / "report.zip").namelist()
-    assert any(n.endswith("genes/index.html") for n in names) and any(n.endswith("summary.parquet") for n in names)
+    assert any(n.endswith("/GENE001.html") for n in names) and any(n.endswith("/summary.parquet") for n in names)
+    assert "report/report.html" in names
 
 
 def test_rerun_has_nothing_to_do(tiny_run):

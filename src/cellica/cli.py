@@ -7,6 +7,7 @@ Heavy libraries (torch, scanpy, lightgbm) are imported inside the commands, so
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -330,5 +331,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run() -> None:  # pragma: no cover - the console script
+    """Console entry point: run :func:`main`, then leave without interpreter teardown.
+
+    Native thread pools (pyarrow, LightGBM/OpenMP) occasionally abort the process
+    while Python shuts down ("terminate called without an active exception"), which
+    turned finished Snakemake jobs into failures. Every output is written and
+    closed (and renamed into place) before ``main`` returns, so exiting directly is safe.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()
