@@ -161,3 +161,13 @@ def test_own_checkpoint_on_a_store_with_other_channels(tiny_model, tmp_path):
         load_encoder(other, 6, 32, store_label="the store")
     model, _, _ = load_encoder(other, 6, 32, adapt_channels=True)
     assert model.encoder.patch_embed.proj.weight.shape[1] == 6
+
+
+def test_metadata_columns_named_like_dataframe_attributes_are_renamed(tmp_path):
+    from cellica.adata import make_adata, read_h5ad, write_h5ad
+
+    obs = pd.DataFrame({"plate": ["p"], "well": ["w"], "batch": ["b"], "perturbation": ["c"], "is_control": [True],
+                        "dtype": ["uint8"], "shape": ["512x512"]}, index=["t0"])
+    adata = make_adata(np.ones((1, 2)), obs, None, {}, "test")
+    write_h5ad(adata, tmp_path / "a.h5ad")
+    assert {"meta_dtype", "meta_shape"} <= set(read_h5ad(tmp_path / "a.h5ad").obs.columns)

@@ -126,3 +126,9 @@ def test_summary_table_shapes():
     per_variant = table[table.table == "per_variant"].pivot(index="metric", columns="variant", values="value")
     assert {"auroc_mean", "sparsity", "concentration", "batch_accuracy", "map_mean", "active_fraction"} <= set(per_variant.index)
     assert set(table[table.table == "per_gene"]["row"]) == {"STRONG", "NULL", "ONEB"}
+
+
+def test_activity_without_perturbations_is_empty_not_an_error():
+    controls_only = screen()
+    controls_only = controls_only[controls_only.obs.is_control.to_numpy()].copy()
+    assert phenotypic_activity(controls_only, "c", FAST).empty

@@ -16,7 +16,10 @@ import pandas as pd
 
 from cellica.atomic import atomic_output
 from cellica.errors import CellicaError
+from cellica.logs import get_logger
 from cellica.tilestore import _as_bool
+
+log = get_logger("adata")
 
 OBS_REQUIRED = ("plate", "well", "batch", "perturbation", "is_control")
 WELL_KEYS = ("batch", "plate", "well")
@@ -30,6 +33,11 @@ def check_obs(obs: pd.DataFrame, source: str) -> pd.DataFrame:
             f"{source}: missing metadata column(s) {missing}; features need {list(OBS_REQUIRED)}"
         )
     obs = obs.copy()
+    # A column named like a DataFrame attribute ("dtype", "shape", ...) breaks AnnData's writer.
+    clashes = {c: f"meta_{c}" for c in obs.columns if isinstance(c, str) and (c == "dtype" or hasattr(pd.DataFrame, c))}
+    if clashes:
+        log.warning("%s: renamed metadata column(s) that clash with DataFrame attributes: %s", source, clashes)
+        obs = obs.rename(columns=clashes)
     for col in ("plate", "well", "batch", "perturbation"):
         if obs[col].isna().any():
             raise CellicaError(f"{source}: column {col!r} has {int(obs[col].isna().sum())} empty value(s)")

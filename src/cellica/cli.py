@@ -137,9 +137,9 @@ def _cmd_batch_metrics(ns: argparse.Namespace) -> None:
         variant = adata.uns.get("transform", {}).get("variant", path)
         rows.append(batch_metrics(adata, variant, params))
         activity.append(phenotypic_activity(adata, variant, params))
-        log.info("%s: batch accuracy %.3f (chance %.3f), silhouette %.3f, kNN mixing %.3f; %.0f%% active",
+        log.info("%s: batch accuracy %.3f (chance %.3f), silhouette %.3f, kNN mixing %.3f; %d of %d active",
                  variant, rows[-1]["batch_accuracy"], rows[-1]["chance_accuracy"], rows[-1]["silhouette"],
-                 rows[-1]["knn_mixing"], 100 * activity[-1]["significant"].mean())
+                 rows[-1]["knn_mixing"], int(activity[-1]["significant"].sum()), len(activity[-1]))
     write_parquet(pd.DataFrame(rows), ns.out)
     write_parquet(pd.concat(activity, ignore_index=True), ns.activity_out)
 

@@ -337,6 +337,11 @@ def phenotypic_activity(adata, variant: str, p: EvalParams | None = None) -> pd.
     adata = prepare(adata, EvalParams(**{**asdict(p), "level": "tiles"}))
     wells = aggregate_wells(adata) if "tile_id" in adata.obs else adata
     obs = wells.obs.reset_index(drop=True)
+    columns = ["variant", "perturbation", "map", "p_value", "p_value_fdr", "significant"]
+    replicated = obs.loc[~obs["is_control"], "perturbation"].value_counts()
+    if (replicated >= 2).sum() == 0:
+        log.info("%s: no perturbation with >= 2 replicate wells: no mAP to compute", variant)
+        return pd.DataFrame(columns=columns)
     meta = pd.DataFrame({"perturbation": obs["perturbation"].astype(str),
                          "ref": np.where(obs["is_control"], np.arange(len(obs)), -1)})
     feats = np.asarray(wells.X, np.float64)
@@ -348,7 +353,7 @@ def phenotypic_activity(adata, variant: str, p: EvalParams | None = None) -> pd.
     m = m.rename(columns={"mean_average_precision": "map", "corrected_p_value": "p_value_fdr",
                           "below_corrected_p": "significant"})
     m["variant"] = variant
-    return m[["variant", "perturbation", "map", "p_value", "p_value_fdr", "significant"]]
+    return m[columns]
 
 
 def truth_alignment(per_gene: pd.DataFrame, importances: pd.DataFrame, adata, latents: pd.DataFrame,
