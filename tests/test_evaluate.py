@@ -1,3 +1,5 @@
+import json
+
 import anndata as ad
 import numpy as np
 import pandas as pd
@@ -41,7 +43,7 @@ def test_per_gene_metrics_find_the_true_signal():
     assert pg.loc["STRONG", "top_features"].split(",")[0] == "f0"
     assert pg.loc["STRONG", "concentration"] > 0.9  # the one informative feature is ranked first
     assert pg.loc["STRONG", "sparsity"] > pg.loc["NULL", "sparsity"]
-    assert set(eval(pg.loc["STRONG", "auroc_by_guide"])) == {"STRONG_g1", "STRONG_g2"}
+    assert set(json.loads(pg.loc["STRONG", "auroc_by_guide"])) == {"STRONG_g1", "STRONG_g2"}
     # A gene in one batch falls back to a random split and says so.
     assert bool(pg.loc["ONEB", "single_batch"]) and "stratified random split" in pg.loc["ONEB", "notes"]
     assert set(imps["gene"]) == {"STRONG", "NULL", "ONEB"} and imps.groupby("gene").size().eq(6).all()

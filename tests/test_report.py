@@ -1,4 +1,3 @@
-import json
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -130,4 +129,3 @@ def test_render_index_in_headless_chromium(eval_outputs, tmp_path):
                     "--no-first-run", f"--user-data-dir={tmp_path / 'chrome'}", f"--screenshot={shot}",
                     "--window-size=1280,900", index.as_uri()], check=True, capture_output=True, timeout=120)
     assert shot.stat().st_size > 10_000
-    json.dumps(str(shot))
