@@ -4,6 +4,7 @@ import json
 import os
 import shlex
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 
@@ -85,3 +86,35 @@ def final_outputs():
     if config["source"] != "features":
         outputs.append(f"{RESULTS}/qc/tiles_summary.txt")
     return outputs
+
+
+def check_slurm_settings():
+    """Stop before the first submission when a SLURM run lacks its account or partition.
+
+    The slurm profile leaves both to the user (SET_ME); sbatch's own error would
+    come only after the first jobs were queued, and a missing account otherwise
+    triggers a slow, noisy guess through sacct.
+    """
+    plugin = workflow.executor_plugin
+    if plugin is None or plugin.cli_prefix != "slurm":
+        return
+    missing = {}
+    for job in workflow.dag.needrun_jobs():
+        if job.is_local:
+            continue
+        for key in ("slurm_account", "slurm_partition"):
+            value = job.resources.get(key)
+            if value in (None, "", "SET_ME"):
+                missing.setdefault(f"{key} (now {value or 'unset'})", set()).add(job.rule.name)
+    if missing:
+        rules = sorted(set().union(*missing.values()))
+        raise WorkflowError(
+            f"SLURM run stopped before submitting anything: set {' and '.join(sorted(missing))} under "
+            "default-resources in workflow/profiles/slurm/config.yaml (or your copy of it), or per rule "
+            f"under set-resources; rules that would be submitted: {', '.join(rules)}. "
+            "See README 'Running on a SLURM cluster'."
+        )
+
+
+onstart:
+    check_slurm_settings()
