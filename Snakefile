@@ -16,6 +16,12 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 
 
+if config["source"] != "features":
+
+    include: "workflow/rules/stability.smk"
+
+
+
 rule all:
     input:
         final_outputs(),

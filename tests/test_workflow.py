@@ -93,6 +93,33 @@ def test_dag_evaluates_and_reports(tiny_run):
     assert (res / "benchmarks" / "report.tsv").is_file()
 
 
+def test_dag_measures_ground_truth_recovery_and_stability(tiny_run):
+    import pandas as pd
+
+    res = tiny_run / "results"
+    batch = pd.read_parquet(res / "eval" / "batch_metrics.parquet").set_index("variant")
+    for col in ("truth_mcc", "truth_factor_r2", "truth_batch_r2"):
+        assert batch[col].between(-1, 1).all(), col
+    align = pd.read_parquet(res / "stability" / "alignment.parquet")
+    assert list(align["map"]) == ["permutation", "rigid", "linear", "ica"]
+    assert (align["error"] > 0).all() and align["n_common"].iloc[0] == 72
+    # Both trainings saw the same store with different seeds: different weights.
+    assert (res / "stability" / "seed1" / "model.safetensors").read_bytes() != \
+        (res / "stability" / "seed2" / "model.safetensors").read_bytes()
+    index = (tiny_run / "reports" / "index.html").read_text()
+    assert "Stability: two MAE training seeds aligned" in index and "ICA efficiency" in index
+    assert "Ground truth: MCC features vs true factors" in index
+
+
+def test_stability_needs_an_image_source(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "examples" / "cellprofiler_profiles.yaml").read_text())
+    cfg["stability"] = {"enabled": True}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    run = snakemake(tmp_path, "--dry-run", configfile=bad)
+    assert run.returncode != 0 and "stability.enabled needs an image source" in run.stderr
+
+
 def test_dag_builds_the_tile_store(tiny_run):
     store = TileStore.open(tiny_run / "results" / "tiles.zarr")
     assert store.n_tiles == (4 + 4 * 2) * 2 * 3

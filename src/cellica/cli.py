@@ -131,11 +131,23 @@ def _cmd_batch_metrics(ns: argparse.Namespace) -> None:
     from cellica.params import EvalParams
 
     params = dataclass_from_args(EvalParams, ns)
+    truth = None
+    if ns.truth:
+        from cellica.tilestore import TileStore
+
+        store = TileStore.open(ns.truth)
+        truth = store.ground_truth("latents"), store.ground_truth("batches")
     rows, activity = [], []
     for path in ns.features:
         adata = read_h5ad(path)
         variant = adata.uns.get("transform", {}).get("variant", path)
         rows.append(batch_metrics(adata, variant, params))
+        if truth is not None:
+            from cellica.recovery import truth_recovery
+
+            rows[-1].update(truth_recovery(adata, *truth, seed=params.seed))
+            log.info("%s: ground truth MCC %.3f, factor probe R2 %.3f, batch-parameter probe R2 %.3f", variant,
+                     rows[-1]["truth_mcc"], rows[-1]["truth_factor_r2"], rows[-1]["truth_batch_r2"])
         activity.append(phenotypic_activity(adata, variant, params))
         log.info("%s: batch accuracy %.3f (chance %.3f), silhouette %.3f, kNN mixing %.3f; %d of %d active",
                  variant, rows[-1]["batch_accuracy"], rows[-1]["chance_accuracy"], rows[-1]["silhouette"],
@@ -173,8 +185,27 @@ def _cmd_report(ns: argparse.Namespace) -> None:
         benchmarks=Path(ns.benchmarks) if ns.benchmarks else None,
         config=Path(ns.config) if ns.config else None,
         config_hash=ns.config_hash,
+        alignment=Path(ns.alignment) if ns.alignment else None,
     )
     build_report(inputs, ns.out, genes=ns.gene)
+
+
+def _cmd_align(ns: argparse.Namespace) -> None:
+    from cellica.adata import read_h5ad
+    from cellica.align import align
+    from cellica.atomic import write_parquet
+
+    a, b = read_h5ad(ns.a), read_h5ad(ns.b)
+    ica = {"backend": ns.ica_backend, "max_iter": ns.ica_max_iter, "tol": ns.ica_tol}
+    table = align(a, b, test_fraction=ns.test_fraction, seed=ns.seed, ica_kwargs=ica, names=(ns.a, ns.b))
+    table["a"], table["b"] = ns.a, ns.b
+    table["ica_efficiency"] = table.attrs["ica_efficiency"]
+    table["n_common"] = table.attrs["n_common"]
+    table["only_in_a"], table["only_in_b"] = table.attrs[f"only_in_{ns.a}"], table.attrs[f"only_in_{ns.b}"]
+    print(table[["map", "error", "n_train", "n_test", "dims"]].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"ICA efficiency: {table.attrs['ica_efficiency']:.1f}%")
+    if ns.out:
+        write_parquet(table, ns.out)
 
 
 def _cmd_inspect(ns: argparse.Namespace) -> None:
@@ -286,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("features", nargs="+", help="features of each variant (*.h5ad)")
     p.add_argument("--out", required=True, help="batch metrics (*.parquet)")
     p.add_argument("--activity-out", required=True, help="mAP per perturbation (*.parquet)")
+    p.add_argument("--truth", default=None,
+                   help="simulated tile store: add ground-truth recovery (MCC, factor and batch probe R2)")
     add_dataclass_args(p, EvalParams)
     p.set_defaults(func=_cmd_batch_metrics)
 
@@ -297,6 +330,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_summarize)
 
+    p = sub.add_parser("align", help="alignment error between two embeddings of the same samples, per class of map")
+    p.add_argument("a", help="embedding A (*.h5ad)")
+    p.add_argument("b", help="embedding B (*.h5ad); samples paired with A by obs_names (tile ids)")
+    p.add_argument("--out", default=None, help="table (*.parquet)")
+    p.add_argument("--test-fraction", type=float, default=0.5, help="held-out share of the common samples")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split and the ICA")
+    p.add_argument("--ica-backend", default="cellica", choices=("cellica", "sklearn", "picard"))
+    p.add_argument("--ica-max-iter", type=int, default=1000)
+    p.add_argument("--ica-tol", type=float, default=1e-4)
+    p.set_defaults(func=_cmd_align)
+
     p = sub.add_parser("report", help="HTML reports: index.html and one page per gene")
     p.add_argument("--summary", required=True, help="eval/summary.parquet")
     p.add_argument("--per-gene", nargs="+", required=True, help="eval/{variant}/per_gene.parquet files")
@@ -306,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--benchmarks", default=None, help="Snakemake benchmark folder (stage times)")
     p.add_argument("--config", default=None, help="config file shown on the index")
     p.add_argument("--config-hash", default="")
+    p.add_argument("--alignment", default=None, help="stability/alignment.parquet (cellica align between MAE seeds)")
     p.add_argument("--gene", nargs="*", default=None, help="only these genes' pages (default: all)")
     p.add_argument("--out", required=True, help="report folder (index.html, genes/)")
     p.set_defaults(func=_cmd_report)

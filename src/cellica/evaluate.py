@@ -410,7 +410,9 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
         means = means.join(activity.groupby("variant").agg(map_mean=("map", "mean"),
                                                            active_fraction=("significant", "mean")))
     if not batch.empty:
-        means = means.join(batch.set_index("variant")[["batch_accuracy", "chance_accuracy", "silhouette", "knn_mixing"]])
+        cols = ["batch_accuracy", "chance_accuracy", "silhouette", "knn_mixing"]
+        cols += [c for c in ("truth_mcc", "truth_factor_r2", "truth_batch_r2") if c in batch.columns]
+        means = means.join(batch.set_index("variant")[cols])
     variants = means.reset_index().melt(id_vars="variant", var_name="metric")
     variants.insert(0, "row", "mean")
     variants.insert(0, "table", "per_variant")

@@ -42,6 +42,9 @@ VARIANT_METRICS = {
     "chance_accuracy": ("... chance level", None),
     "silhouette": ("Batch silhouette (controls)", False),
     "knn_mixing": ("kNN batch mixing (1 = mixed)", True),
+    "truth_mcc": ("Ground truth: MCC features vs true factors", True),
+    "truth_factor_r2": ("Ground truth: factor probe R^2", True),
+    "truth_batch_r2": ("Ground truth: batch-parameter probe R^2", False),
 }
 
 
@@ -57,6 +60,7 @@ class ReportInputs:
     benchmarks: Path | None = None
     config: Path | None = None
     config_hash: str = ""
+    alignment: Path | None = None
 
 
 def _env():
@@ -169,7 +173,19 @@ class ReportBuilder:
                 "diagnostics": transform_diagnostics(self.inp.features) if self.inp.features else [],
                 "times": stage_times(self.inp.benchmarks).to_dict("records"),
                 "config_text": Path(self.inp.config).read_text() if self.inp.config and Path(self.inp.config).is_file() else "",
-                "prov": self.provenance, "n_genes": len(self.genes)}
+                "prov": self.provenance, "n_genes": len(self.genes), "alignment": self._alignment()}
+
+    def _alignment(self) -> dict[str, Any] | None:
+        """The stability table (two MAE seeds aligned per class of map), when it was computed."""
+        if not self.inp.alignment:
+            return None
+        if not Path(self.inp.alignment).is_file():
+            raise CellicaError(f"report: alignment table {self.inp.alignment} does not exist")
+        t = pd.read_parquet(self.inp.alignment)
+        return {"rows": [(r.map, _fmt(r.error), r.dims) for r in t.itertuples()],
+                "efficiency": _fmt(float(t["ica_efficiency"].iloc[0])), "n_train": int(t["n_train"].iloc[0]),
+                "n_test": int(t["n_test"].iloc[0]), "a": str(t["a"].iloc[0]), "b": str(t["b"].iloc[0]),
+                "source": str(self.inp.alignment)}
 
     def build_index(self) -> Path:
         html = self.env.get_template("index.html").render(**self.index_context())

@@ -59,6 +59,7 @@ def cluster(tmp_path_factory):
 def config(tmp_path_factory) -> Path:
     cfg = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text())
     cfg["transform"]["variants"] = VARIANTS
+    cfg["stability"] = {"enabled": False}
     path = tmp_path_factory.mktemp("cfg") / "tiny_hpc.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -25,6 +25,13 @@ FEATURES = f"{RESULTS}/features/{{variant}}.h5ad"
 EVAL = f"{RESULTS}/eval"
 SUMMARY = f"{EVAL}/summary.parquet"
 N_CHUNKS = config["evaluate"]["chunks"]
+STABILITY = f"{RESULTS}/stability"
+ALIGNMENT = f"{STABILITY}/alignment.parquet"
+if config["stability"]["enabled"] and config["source"] == "features":
+    raise WorkflowError("stability.enabled needs an image source (simulate or ingest): there is no MAE to train "
+                        "twice when source is 'features'")
+if len(config["stability"]["seeds"]) != 2 or len(set(config["stability"]["seeds"])) != 2:
+    raise WorkflowError(f"stability.seeds must be two different seeds, got {config['stability']['seeds']}")
 # Short hash of the validated config (defaults filled): every report number cites it.
 CONFIG_FILE = (workflow.overwrite_configfiles or ["config/config.yaml"])[-1]
 CONFIG_HASH = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
@@ -68,6 +75,14 @@ def evaluate_inputs(wildcards):
     return inputs
 
 
+def batch_metrics_inputs(wildcards):
+    """Every variant's features, plus the simulated store for ground-truth recovery."""
+    inputs = {"features": expand(FEATURES, variant=VARIANTS)}
+    if config["source"] == "simulate":
+        inputs["tiles"] = TILES
+    return inputs
+
+
 def report_inputs(wildcards):
     """Everything the HTML reports read; the tile store only when there is one."""
     inputs = {
@@ -78,6 +93,8 @@ def report_inputs(wildcards):
     }
     if config["source"] != "features":
         inputs["tiles"] = TILES
+    if config["stability"]["enabled"]:
+        inputs["alignment"] = ALIGNMENT
     return inputs
 
 

@@ -58,7 +58,7 @@ rule gather_eval:
 
 rule batch_metrics:
     input:
-        expand(FEATURES, variant=VARIANTS),
+        unpack(batch_metrics_inputs),
     output:
         batch=f"{EVAL}/batch_metrics.parquet",
         activity=f"{EVAL}/activity.parquet",
@@ -74,8 +74,9 @@ rule batch_metrics:
         runtime=60,
     params:
         args=cli_args(config["evaluate"], skip=("chunks",)),
+        truth=lambda wildcards, input: f"--truth {input.tiles}" if "tiles" in input.keys() else "",
     shell:
-        "cellica batch-metrics {input} --out {output.batch} --activity-out {output.activity} {params.args} 2> {log}"
+        "cellica batch-metrics {input.features} {params.truth} --out {output.batch} --activity-out {output.activity} {params.args} 2> {log}"
 
 
 rule summarize:

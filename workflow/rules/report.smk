@@ -28,6 +28,7 @@ rule report:
         runtime=60,
     params:
         store=lambda wildcards, input: f"--store {input.tiles}" if "tiles" in input.keys() else "",
+        alignment=lambda wildcards, input: f"--alignment {input.alignment}" if "alignment" in input.keys() else "",
         bench=BENCH,
         config_hash=CONFIG_HASH,
         config_file=CONFIG_FILE,
@@ -35,4 +36,4 @@ rule report:
     shell:
         "cellica report --summary {input.summary} --per-gene {input.per_gene} --importances {input.importances}"
         " --features {input.features} {params.store} --benchmarks {params.bench} --config {params.config_file}"
-        " --config-hash {params.config_hash} --out {params.reports} 2> {log}"
+        " --config-hash {params.config_hash} {params.alignment} --out {params.reports} 2> {log}"
