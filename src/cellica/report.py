@@ -182,7 +182,7 @@ class ReportBuilder:
         if not Path(self.inp.alignment).is_file():
             raise CellicaError(f"report: alignment table {self.inp.alignment} does not exist")
         t = pd.read_parquet(self.inp.alignment)
-        return {"rows": [(r.map, _fmt(r.error), r.dims) for r in t.itertuples()],
+        return {"rows": [(r.map, _fmt(r.error), r.dims, r.note) for r in t.itertuples()],
                 "efficiency": _fmt(float(t["ica_efficiency"].iloc[0])), "n_train": int(t["n_train"].iloc[0]),
                 "n_test": int(t["n_test"].iloc[0]), "a": str(t["a"].iloc[0]), "b": str(t["b"].iloc[0]),
                 "source": str(self.inp.alignment)}
