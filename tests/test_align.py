@@ -130,3 +130,13 @@ def test_truth_recovery_on_the_simulated_store(tiny_store):
     adata.obs_names = [f"x{i}" for i in range(adata.n_obs)]
     with pytest.raises(CellicaError, match="not the simulated store's tiles"):
         truth_recovery(adata, lat, batches)
+
+
+def test_ica_map_on_the_leading_components(sources):
+    rng = np.random.default_rng(4)
+    # 5 sources plus 20 dims of weak Gaussian noise, rotated differently on each side
+    a = np.hstack([sources, 0.05 * rng.normal(size=(len(sources), 20))]) @ haar_rotation(25, 1).T
+    b = np.hstack([sources, 0.05 * rng.normal(size=(len(sources), 20))]) @ haar_rotation(25, 2).T
+    full = align(_ad(a), _ad(b), maps=("ica",))["error"].iloc[0]
+    lead = align(_ad(a), _ad(b), maps=("ica",), ica_components=5)["error"].iloc[0]
+    assert lead < 0.05 and lead < full  # the noise dims no longer blur the unmixing

@@ -114,14 +114,17 @@ def _linear_map(xa, xb):
     return lambda x: np.hstack([x, np.ones((len(x), 1))]) @ coef
 
 
-def _unmix(x, seed: int, ica_kwargs: dict):
-    """Whitening (numerical rank) + ICA rotation fit on ``x``: returns (mean, unmixing, mixing, diagnostics)."""
+def _unmix(x, seed: int, ica_kwargs: dict, n_components: int | None = None):
+    """Whitening (numerical rank, at most ``n_components``) + ICA rotation fit on ``x``:
+    returns (mean, unmixing, mixing, diagnostics)."""
     from cellica.ica import fit_rotation
 
     mean = x.mean(0)
     xc = x - mean
     _, s, vt = np.linalg.svd(xc, full_matrices=False)
     keep = s > s[0] * 1e-6
+    if n_components:
+        keep[int(n_components):] = False
     std = s[keep] / np.sqrt(len(x) - 1)
     whiten = vt[keep] / std[:, None]  # k x d
     white = xc @ whiten.T
@@ -131,11 +134,11 @@ def _unmix(x, seed: int, ica_kwargs: dict):
     return mean, unmix, mix, res.diagnostics
 
 
-def _ica_map(xa, xb, seed: int, ica_kwargs: dict):
+def _ica_map(xa, xb, seed: int, ica_kwargs: dict, n_components: int | None = None):
     from scipy.optimize import linear_sum_assignment
 
-    ma, ua, _, da = _unmix(xa, seed, ica_kwargs)
-    mb, ub, mixb, db = _unmix(xb, seed, ica_kwargs)
+    ma, ua, _, da = _unmix(xa, seed, ica_kwargs, n_components)
+    mb, ub, mixb, db = _unmix(xb, seed, ica_kwargs, n_components)
     sa, sb = (xa - ma) @ ua.T, (xb - mb) @ ub.T
     corr = _abs_corr(sa, sb)
     rows, cols = linear_sum_assignment(-np.abs(corr))
@@ -161,7 +164,8 @@ def latent_diameter(x: np.ndarray, max_samples: int = 4000, seed: int = 0) -> fl
 
 
 def align(a, b, test_fraction: float = 0.5, seed: int = 0, maps: tuple[str, ...] = MAPS,
-          ica_kwargs: dict | None = None, names: tuple[str, str] = ("A", "B")) -> pd.DataFrame:
+          ica_kwargs: dict | None = None, names: tuple[str, str] = ("A", "B"),
+          ica_components: int | None = None) -> pd.DataFrame:
     """Held-out alignment error of A -> B for each class of map, and the ICA efficiency.
 
     Parameters
@@ -174,6 +178,10 @@ def align(a, b, test_fraction: float = 0.5, seed: int = 0, maps: tuple[str, ...]
         Subset of ``permutation``, ``rigid``, ``linear``, ``ica``.
     ica_kwargs
         Options of :func:`cellica.ica.fit_rotation` for the ICA map.
+    ica_components
+        Components each side keeps before its ICA (the leading principal components;
+        None: all with non-zero variance). ICA needs many more samples than dimensions,
+        and B's dropped components are predicted by their mean, so they count as error.
 
     Returns
     -------
@@ -214,7 +222,7 @@ def align(a, b, test_fraction: float = 0.5, seed: int = 0, maps: tuple[str, ...]
         elif kind == "linear":
             fn = _linear_map(xa[train], xb[train])
         else:
-            fn, extra = _ica_map(xa[train], xb[train], seed, ica_kwargs or {})
+            fn, extra = _ica_map(xa[train], xb[train], seed, ica_kwargs or {}, ica_components)
         err = float(np.linalg.norm(fn(xa[test]) - xb[test], axis=1).mean() / max(diameter, 1e-12))
         rows.append({"map": kind, "error": err, "n_train": len(train), "n_test": len(test),
                      "dims": f"{xa.shape[1]}->{xb.shape[1]}", "note": note if kind != "linear" else "", **extra})

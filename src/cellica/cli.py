@@ -197,7 +197,9 @@ def _cmd_align(ns: argparse.Namespace) -> None:
 
     a, b = read_h5ad(ns.a), read_h5ad(ns.b)
     ica = {"backend": ns.ica_backend, "max_iter": ns.ica_max_iter, "tol": ns.ica_tol}
-    table = align(a, b, test_fraction=ns.test_fraction, seed=ns.seed, ica_kwargs=ica, names=(ns.a, ns.b))
+    table = align(a, b, test_fraction=ns.test_fraction, seed=ns.seed, ica_kwargs=ica, names=(ns.a, ns.b),
+                  ica_components=ns.ica_components)
+    table["ica_components"] = ns.ica_components or 0
     table["a"], table["b"] = ns.a, ns.b
     table["ica_efficiency"] = table.attrs["ica_efficiency"]
     table["n_common"] = table.attrs["n_common"]
@@ -339,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ica-backend", default="cellica", choices=("cellica", "sklearn", "picard"))
     p.add_argument("--ica-max-iter", type=int, default=1000)
     p.add_argument("--ica-tol", type=float, default=1e-4)
+    p.add_argument("--ica-components", type=int, default=None,
+                   help="leading principal components each side keeps before its ICA (default: all)")
     p.set_defaults(func=_cmd_align)
 
     p = sub.add_parser("report", help="HTML reports: index.html and one page per gene")

@@ -183,7 +183,8 @@ class ReportBuilder:
             raise CellicaError(f"report: alignment table {self.inp.alignment} does not exist")
         t = pd.read_parquet(self.inp.alignment)
         return {"rows": [(r.map, _fmt(r.error), r.dims, r.note) for r in t.itertuples()],
-                "efficiency": _fmt(float(t["ica_efficiency"].iloc[0])), "n_train": int(t["n_train"].iloc[0]),
+                "efficiency": f"{float(t['ica_efficiency'].iloc[0]):.1f}",
+                "ica_components": int(t["ica_components"].iloc[0]) if "ica_components" in t else 0, "n_train": int(t["n_train"].iloc[0]),
                 "n_test": int(t["n_test"].iloc[0]), "a": str(t["a"].iloc[0]), "b": str(t["b"].iloc[0]),
                 "source": str(self.inp.alignment)}
 

@@ -83,6 +83,13 @@ def batch_metrics_inputs(wildcards):
     return inputs
 
 
+def stability_ica_components():
+    """The ICA map of `cellica align` works in the same subspace as the transform stage:
+    transform.n_components when it is a count (a variance fraction or null: all)."""
+    n = config["transform"]["n_components"]
+    return f" --ica-components {int(n)}" if n is not None and n >= 1 else ""
+
+
 def report_inputs(wildcards):
     """Everything the HTML reports read; the tile store only when there is one."""
     inputs = {

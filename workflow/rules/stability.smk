@@ -70,7 +70,8 @@ rule align_seeds:
     params:
         test_fraction=config["stability"]["test_fraction"],
         ica=f"--ica-backend {config['transform']['ica_backend']} --ica-max-iter {config['transform']['ica_max_iter']}"
-        f" --ica-tol {config['transform']['ica_tol']} --seed {config['transform']['seed']}",
+        f" --ica-tol {config['transform']['ica_tol']} --seed {config['transform']['seed']}"
+        + stability_ica_components(),
     shell:
         "cellica align {input} --out {output} --test-fraction {params.test_fraction} {params.ica} > {log} 2>&1"
 
