@@ -56,17 +56,16 @@ def pair_samples(a, b, names: tuple[str, str] = ("A", "B")) -> tuple[np.ndarray,
     if len(common) < len(ia) or len(common) < len(ib):
         log.warning("aligning on %d common samples; %d only in %s and %d only in %s are left out", len(common),
                     info[f"only_in_{names[0]}"], names[0], info[f"only_in_{names[1]}"], names[1])
-    xa = _dense(a[common].X)
-    xb = _dense(b[common].X)
+    xa = _dense(a[common], names[0])
+    xb = _dense(b[common], names[1])
     return xa, xb, info
 
 
-def _dense(x) -> np.ndarray:
-    x = x.toarray() if hasattr(x, "toarray") else x
-    x = np.asarray(x, np.float64)
-    if not np.isfinite(x).all():
-        raise CellicaError("features contain NaN or infinite values")
-    return x
+def _dense(adata, source: str) -> np.ndarray:
+    from cellica.adata import check_matrix
+
+    x = adata.X.toarray() if hasattr(adata.X, "toarray") else adata.X
+    return check_matrix(x, adata.obs_names, source).astype(np.float64)
 
 
 def _global_scale(pred_c: np.ndarray, yc: np.ndarray) -> float:
@@ -74,7 +73,8 @@ def _global_scale(pred_c: np.ndarray, yc: np.ndarray) -> float:
     return float((pred_c * yc).sum() / denom) if denom > 0 else 1.0
 
 
-def _abs_corr(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
+def _cross_corr(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
+    """Pearson correlations between the columns of xa (rows of the result) and of xb."""
     za = (xa - xa.mean(0)) / np.maximum(xa.std(0), 1e-12)
     zb = (xb - xb.mean(0)) / np.maximum(xb.std(0), 1e-12)
     return za.T @ zb / len(xa)
@@ -84,7 +84,7 @@ def _permutation_map(xa, xb):
     """Match A's dims to B's by |corr| (Hungarian), with signs and one global scale."""
     from scipy.optimize import linear_sum_assignment
 
-    corr = _abs_corr(xa, xb)
+    corr = _cross_corr(xa, xb)
     rows, cols = linear_sum_assignment(-np.abs(corr))
     signs = np.sign(corr[rows, cols])
     ma, mb = xa.mean(0), xb.mean(0)
@@ -140,7 +140,7 @@ def _ica_map(xa, xb, seed: int, ica_kwargs: dict, n_components: int | None = Non
     ma, ua, _, da = _unmix(xa, seed, ica_kwargs, n_components)
     mb, ub, mixb, db = _unmix(xb, seed, ica_kwargs, n_components)
     sa, sb = (xa - ma) @ ua.T, (xb - mb) @ ub.T
-    corr = _abs_corr(sa, sb)
+    corr = _cross_corr(sa, sb)
     rows, cols = linear_sum_assignment(-np.abs(corr))
     signs = np.sign(corr[rows, cols])
 
@@ -251,6 +251,6 @@ def mcc(features: np.ndarray, factors: np.ndarray) -> float:
     z = np.asarray(factors, np.float64)
     if f.shape[0] != z.shape[0]:
         raise CellicaError(f"MCC: {f.shape[0]} samples of features but {z.shape[0]} of factors")
-    c = np.abs(_abs_corr(z, f))  # factors x features
+    c = np.abs(_cross_corr(z, f))  # factors x features
     rows, cols = linear_sum_assignment(-c)
     return float(c[rows, cols].mean())
