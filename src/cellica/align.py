@@ -187,7 +187,8 @@ def align(a, b, test_fraction: float = 0.5, seed: int = 0, maps: tuple[str, ...]
     -------
     pandas.DataFrame
         One row per map: ``error`` (mean L2 / diameter of B), ``n_train``, ``n_test``,
-        ``dims`` and notes; ``.attrs`` holds ``ica_efficiency`` (percent) and pairing counts.
+        ``dims``, notes, ``ica_efficiency`` (percent) and the pairing counts (``n_common``,
+        ``only_in_a``, ``only_in_b``; also in ``.attrs``, with the diameter).
     """
     unknown = sorted(set(maps) - set(MAPS))
     if unknown:
@@ -231,6 +232,10 @@ def align(a, b, test_fraction: float = 0.5, seed: int = 0, maps: tuple[str, ...]
     table.attrs.update(info)
     table.attrs["diameter"] = diameter
     table.attrs["ica_efficiency"] = ica_efficiency(table)
+    # The same run-level figures as columns, so they survive the parquet file.
+    table["ica_efficiency"] = table.attrs["ica_efficiency"]
+    table["n_common"] = info["n_common"]
+    table["only_in_a"], table["only_in_b"] = info[f"only_in_{names[0]}"], info[f"only_in_{names[1]}"]
     return table
 
 

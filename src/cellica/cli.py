@@ -201,9 +201,6 @@ def _cmd_align(ns: argparse.Namespace) -> None:
                   ica_components=ns.ica_components)
     table["ica_components"] = ns.ica_components or 0
     table["a"], table["b"] = ns.a, ns.b
-    table["ica_efficiency"] = table.attrs["ica_efficiency"]
-    table["n_common"] = table.attrs["n_common"]
-    table["only_in_a"], table["only_in_b"] = table.attrs[f"only_in_{ns.a}"], table.attrs[f"only_in_{ns.b}"]
     print(table[["map", "error", "n_train", "n_test", "dims"]].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     print(f"ICA efficiency: {table.attrs['ica_efficiency']:.1f}%")
     if ns.out:

@@ -92,7 +92,8 @@ def truth_recovery(adata, latents: pd.DataFrame, batches: pd.DataFrame, max_samp
     pick = np.arange(len(x))
     if len(x) > max_samples:
         pick = np.sort(np.random.default_rng(seed).choice(len(x), max_samples, replace=False))
-    tech = tech.iloc[pick].loc[:, tech.iloc[pick].std() > 0]
+    tech = tech.iloc[pick]
+    tech = tech.loc[:, tech.std() > 0]  # a parameter constant over the sampled plates has no R^2
     return {
         "truth_mcc": mcc(x, z.to_numpy()),
         "truth_factor_r2": float(linear_probe_r2(x[pick], z.iloc[pick], seed=seed).mean()),

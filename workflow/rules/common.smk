@@ -67,20 +67,21 @@ def transform_input(wildcards):
     return EMB
 
 
-def evaluate_inputs(wildcards):
-    """The variant's features, plus the simulated store for ground-truth alignment."""
-    inputs = {"features": FEATURES.format(variant=wildcards.variant)}
+def with_truth(inputs):
+    """Add the simulated tile store (its ground truth) to a rule's inputs on simulated screens."""
     if config["source"] == "simulate":
         inputs["tiles"] = TILES
     return inputs
+
+
+def evaluate_inputs(wildcards):
+    """The variant's features, plus the simulated store for ground-truth alignment."""
+    return with_truth({"features": FEATURES.format(variant=wildcards.variant)})
 
 
 def batch_metrics_inputs(wildcards):
     """Every variant's features, plus the simulated store for ground-truth recovery."""
-    inputs = {"features": expand(FEATURES, variant=VARIANTS)}
-    if config["source"] == "simulate":
-        inputs["tiles"] = TILES
-    return inputs
+    return with_truth({"features": expand(FEATURES, variant=VARIANTS)})
 
 
 def stability_ica_components():
