@@ -16,9 +16,13 @@ separates its samples from the controls (the same controls for every gene).
   the training fold's biological variation), biological variation measured on
   the held-out fold (:func:`cellica.metrics.concentration`).
 
-Speed: the whole features matrix is binned once into one LightGBM ``Dataset``;
-every fold of every gene trains on a row subset of it (no re-binning of the
-22k shared controls), one thread per model.
+Speed: the features are binned once, at quantiles of the controls
+(:func:`quantise`), into one LightGBM ``Dataset``; every fold of every gene
+trains on a row subset of it (no re-binning of the 22k shared controls), one
+thread per model, genes in parallel. Because the bins are fixed before any fit,
+a fresh ``Dataset`` per fit (the straightforward way) finds exactly the same
+bins and gives exactly the same classifiers and AUROCs (tested, and measured by
+``benchmarks/evaluate.py``).
 """
 
 from __future__ import annotations
@@ -59,6 +63,54 @@ def _auroc(y: np.ndarray, score: np.ndarray) -> float:
     return float(roc_auc_score(y, score)) if 0 < y.sum() < y.size else float("nan")
 
 
+def quantise(x: np.ndarray, reference: np.ndarray, levels: int) -> np.ndarray:
+    """Each feature's bin code, 0 .. ``levels`` - 1, at quantiles of the reference rows.
+
+    LightGBM bins every feature into at most ``max_bin`` histogram bins anyway, at
+    quantiles of each training set, so a classifier only ever sees bin codes. Fixing
+    the bins once, on the shared controls, means every fit of every gene sees the
+    same bins: training on row subsets of one binned ``Dataset`` then gives exactly
+    the classifier that a fresh ``Dataset`` per fit gives (each code is its own
+    LightGBM bin when ``levels <= max_bin``), and split thresholds mean the same
+    thing for every gene and fold. Only feature values are used, never labels.
+
+    Parameters
+    ----------
+    x
+        Features, samples x dims.
+    reference
+        Boolean mask or indices of the rows whose quantiles define the bins (the controls).
+    levels
+        Number of bins per feature; tied quantiles merge bins (features with few distinct
+        values get fewer codes).
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 codes with the shape of ``x``.
+    """
+    if levels < 2:
+        raise CellicaError(f"quantise: levels must be >= 2, got {levels}")
+    ref = np.asarray(x[reference], np.float64)
+    if ref.shape[0] == 0:
+        raise CellicaError("quantise: no reference rows to take quantiles from")
+    edges = np.quantile(ref, np.arange(1, levels) / levels, axis=0)
+    codes = np.empty(x.shape, np.float32)
+    for j in range(x.shape[1]):
+        codes[:, j] = np.searchsorted(np.unique(edges[:, j]), x[:, j], side="right")
+    return codes
+
+
+def bin_levels(n_controls: int, max_bin: int) -> int:
+    """Bins per feature: ``max_bin``, fewer when there are under 3 controls per bin.
+
+    The same resolution LightGBM's own binning allows (it merges bins holding fewer
+    than 3 rows, ``min_data_in_bin``). The codes are then binned with
+    ``min_data_in_bin=1``, so no code is ever merged, whichever rows a fold trains on.
+    """
+    return int(np.clip(n_controls // 3, 2, max_bin))
+
+
 class GeneClassifiers:
     """Fits the classifiers of many genes on one shared, pre-binned matrix.
 
@@ -71,28 +123,35 @@ class GeneClassifiers:
     params
         LightGBM and cross-validation settings.
     shared_bins
-        ``True``: bin once and train on row subsets (fast). ``False``: build a new
-        LightGBM Dataset for every fit (the straightforward way; for benchmarks).
+        ``True``: one binned Dataset, trained on row subsets (fast). ``False``: a new
+        LightGBM Dataset for every fit (the straightforward way; for benchmarks). Both
+        see the same :func:`quantise` codes and give the same classifiers.
+    model_threads
+        LightGBM threads per model (1: the pipeline runs genes in parallel instead).
     """
 
-    def __init__(self, x: np.ndarray, obs: pd.DataFrame, params: EvalParams, shared_bins: bool = True):
+    def __init__(self, x: np.ndarray, obs: pd.DataFrame, params: EvalParams, shared_bins: bool = True,
+                 model_threads: int = 1):
         import lightgbm as lgb
 
         self.lgb = lgb
-        self.x = np.ascontiguousarray(x, dtype=np.float32)
+        self.x = np.ascontiguousarray(x, dtype=np.float32)  # biological variation is measured on these
         self.obs = obs
         self.p = params
-        self.params = lgb_params(params)
+        self.params = {**lgb_params(params), "num_threads": model_threads}
         self.ctrl = obs["is_control"].to_numpy(dtype=bool)
+        self.levels = bin_levels(int(self.ctrl.sum()), params.max_bin)
+        self.codes = quantise(self.x, self.ctrl, self.levels)  # what every classifier sees
         self.batch = obs[params.batch_key].astype(str).to_numpy()
         self.guide = obs["guide"].astype(str).to_numpy() if "guide" in obs else obs["perturbation"].astype(str).to_numpy()
         self.shared_bins = shared_bins
         if shared_bins:
-            self.full = lgb.Dataset(self.x, label=np.zeros(len(self.x)), params=self._ds_params(),
+            self.full = lgb.Dataset(self.codes, label=np.zeros(len(self.x)), params=self._ds_params(),
                                     free_raw_data=False).construct()
 
     def _ds_params(self) -> dict[str, Any]:
-        return {k: self.params[k] for k in ("max_bin", "min_data_in_leaf", "verbose")}
+        # One LightGBM bin per code: min_data_in_bin=1 so rare codes are never merged.
+        return {**{k: self.params[k] for k in ("max_bin", "min_data_in_leaf", "verbose")}, "min_data_in_bin": 1}
 
     def fit_predict(self, train: np.ndarray, y_train: np.ndarray, test: np.ndarray):
         """Train on rows ``train`` with labels, predict rows ``test``; returns (scores, booster)."""
@@ -103,9 +162,9 @@ class GeneClassifiers:
             y_sorted[order] = y_train
             ds.set_label(y_sorted.astype(float))
         else:
-            ds = self.lgb.Dataset(self.x[train], label=y_train.astype(float), params=self._ds_params())
+            ds = self.lgb.Dataset(self.codes[train], label=y_train.astype(float), params=self._ds_params())
         booster = self.lgb.train(self.params, ds, num_boost_round=self.p.n_trees)
-        return booster.predict(self.x[test]), booster
+        return booster.predict(self.codes[test]), booster
 
     # ------------------------------------------------------------------ one gene
     def evaluate_gene(self, gene: str) -> tuple[dict[str, Any], np.ndarray | None]:
@@ -282,11 +341,13 @@ def evaluate_genes(adata, params: EvalParams | None = None, chunk: str | None = 
             imps.append(pd.DataFrame({"gene": gene, "feature": list(map(str, adata.var_names)), "importance": imp}))
     per_gene = pd.DataFrame(rows)
     skipped = per_gene["skipped"].astype(bool).sum() if len(per_gene) else 0
-    log.info("%s: %d genes (%d skipped) at %s level, %d samples x %d features, in %.1f s", variant, len(genes),
-             skipped, p.level, adata.n_obs, adata.n_vars, time.perf_counter() - t0)
+    log.info("%s: %d genes (%d skipped) at %s level, %d samples x %d features (%d bins at control quantiles), "
+             "in %.1f s", variant, len(genes), skipped, p.level, adata.n_obs, adata.n_vars, clf.levels,
+             time.perf_counter() - t0)
     importances = pd.concat(imps, ignore_index=True) if imps else pd.DataFrame(columns=["gene", "feature", "importance"])
     per_gene.attrs["provenance"] = json.dumps({"params": asdict(p), "cellica_version": __version__, "chunk": chunk,
-                                               "variant": variant, "importance_type": p.importance_type})
+                                               "variant": variant, "importance_type": p.importance_type,
+                                               "bins_per_feature": clf.levels})
     return per_gene, importances
 
 
