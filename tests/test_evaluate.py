@@ -77,8 +77,8 @@ def test_quantise_codes_at_control_quantiles():
     x = np.array([[0.0, 5.0], [1.0, 5.0], [2.0, 5.0], [3.0, 5.0], [10.0, -1.0]], np.float32)
     ref = np.array([True, True, True, True, False])
     codes = quantise(x, ref, levels=2)
-    # median of 0..3 is 1.5: 0,1 -> 0; 2,3 and the out-of-range 10 -> 1; a constant column has one code
-    # (values below the controls' range share the lowest code).
+    # Median of 0..3 is 1.5: 0,1 -> 0; 2,3 and the out-of-range 10 -> 1. A constant column has a
+    # single edge (5): the controls sit on it (code 1), a value below it gets code 0.
     np.testing.assert_array_equal(codes[:, 0], [0, 0, 1, 1, 1])
     np.testing.assert_array_equal(codes[:, 1], [1, 1, 1, 1, 0])
     assert bin_levels(30, 63) == 10 and bin_levels(22000, 63) == 63 and bin_levels(5, 63) == 2
