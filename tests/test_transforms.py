@@ -215,3 +215,38 @@ def test_canonical_sign_and_order():
     assert (np.mean(y**3, axis=0)[:2] > 0).all()  # the skewed component is flipped to positive skew
     assert np.all(np.diff(info["negentropy"]) <= 0)  # most non-Gaussian first
     assert np.abs(np.corrcoef(y[:, -1], s[:, 0])[0, 1]) > 0.99  # the Gaussian one comes last
+
+
+def test_contrast_and_gradient_of_our_ica_by_hand():
+    import torch
+
+    from cellica.ica import _cayley, _Problem, _skew_dot
+
+    # log cosh and tanh at hand-checkable points, including one where cosh overflows float32.
+    y = torch.tensor([[0.0, 1.0, -1.0, 50.0], [0.5, -0.5, 2.0, -2.0]])
+    prob = _Problem(torch.eye(2), torch)
+    logcosh, psi = prob.evaluate(y)
+    expected = np.log(np.cosh(np.array([[0.0, 1.0, -1.0, 0.0], [0.5, -0.5, 2.0, -2.0]]))).mean(axis=1)
+    expected[0] += (50 - np.log(2)) / 4  # log cosh 50 = 50 - log 2 (+ e^-100)
+    np.testing.assert_allclose(logcosh.numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(psi.numpy(), np.tanh(y.numpy()), rtol=1e-6)
+
+    # The skew gradient is the derivative of the contrast along a rotation W <- expm(tE) W.
+    rng = np.random.default_rng(0)
+    x = torch.tensor((rng.laplace(size=(500, 3)) @ haar_rotation(3, 1).T).T, dtype=torch.float32)
+    prob = _Problem(x, torch)
+    w = torch.tensor(haar_rotation(3, 2))
+    signs = torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64)
+    yw = prob.rotate(w.float())
+    grad, k, stat = prob.grad(yw, prob.evaluate(yw)[1], signs)
+    h = 1 - np.tanh(yw.double().numpy()) ** 2
+    np.testing.assert_allclose(stat.numpy(), h.mean(1) - (np.tanh(yw.double().numpy()) * yw.double().numpy()).mean(1),
+                               rtol=1e-4, atol=1e-6)
+    e = torch.tensor([[0.0, 0.3, -0.2], [-0.3, 0.0, 0.5], [0.2, -0.5, 0.0]], dtype=torch.float64)
+
+    def contrast(t):
+        return float((prob.evaluate(prob.rotate((_cayley(t * e) @ w).float()))[0] * signs).sum())
+
+    eps = 1e-2
+    numeric = (contrast(eps) - contrast(-eps)) / (2 * eps)
+    assert numeric == pytest.approx(_skew_dot(e, grad), rel=1e-2, abs=1e-5)
