@@ -11,9 +11,9 @@ from cellica.evaluate import (
     bin_levels,
     evaluate_genes,
     gene_chunk,
+    mean_roc,
     phenotypic_activity,
     quantise,
-    summary_table,
 )
 from cellica.params import EvalParams
 
@@ -48,6 +48,7 @@ def test_per_gene_metrics_find_the_true_signal():
     assert set(json.loads(pg.loc["STRONG", "auroc_by_guide"])) == {"STRONG_g1", "STRONG_g2"}
     # A gene in one batch falls back to a random split and says so.
     assert bool(pg.loc["ONEB", "single_batch"]) and "stratified random split" in pg.loc["ONEB", "notes"]
+    assert pg.loc["ONEB", "split"] == "random" and pg.loc["STRONG", "split"] == "batch"
     assert set(imps["gene"]) == {"STRONG", "NULL", "ONEB"} and imps.groupby("gene").size().eq(6).all()
     assert pg["variant"].eq("toy").all()
 
@@ -62,15 +63,87 @@ def test_held_out_batches_expose_batch_confounding():
     assert not np.isnan(pg.loc["NULL", "auroc_within"])
 
 
-def test_shared_bins_match_the_straightforward_way():
-    # The bins are fixed on the controls before any fit, so a fresh Dataset per fit
-    # finds the same bins: identical classifiers, not merely close ones.
+def test_default_is_lightgbms_own_binning_per_training_set():
+    # The paper's recipe: a fresh Dataset per fit, binned by LightGBM itself. Equal to
+    # a hand-written loop of lgb.train calls with the Table 6 parameters.
+    import lightgbm as lgb
+
+    assert EvalParams().binning == "lightgbm" and EvalParams().max_bin == 255
+    data = screen(n=60, seed=4)
+    p = EvalParams(n_trees=15, min_data_in_leaf=5)
+    pg, _ = evaluate_genes(data, p)
+    obs = data.obs
+    pert = (obs.perturbation == "STRONG").to_numpy()
+    ctrl = obs.is_control.to_numpy()
+    x = np.asarray(data.X)
+    aucs = []
+    from sklearn.metrics import roc_auc_score
+
+    for b in ("B1", "B2", "B3"):
+        held = (obs.batch == b).to_numpy()
+        tr, te = ~held & (pert | ctrl), held & (pert | ctrl)
+        params = {"objective": "binary", "is_unbalance": True, "learning_rate": 0.05, "num_leaves": 31,
+                  "feature_fraction": 0.6, "reg_alpha": 5.0, "reg_lambda": 1.0, "min_data_in_leaf": 5, "max_bin": 255,
+                  "num_threads": 1, "seed": 0, "deterministic": True, "force_col_wise": True, "verbose": -1}
+        ds = lgb.Dataset(x[tr], label=pert[tr].astype(float), params={k: params[k] for k in
+                                                                      ("max_bin", "min_data_in_leaf", "verbose", "seed")})
+        booster = lgb.train(params, ds, num_boost_round=15)
+        aucs.append(roc_auc_score(pert[te], booster.predict(x[te])))
+    assert pg.set_index("gene").loc["STRONG", "auroc_mean"] == pytest.approx(np.mean(aucs), abs=1e-12)
+
+
+def test_controls_binning_shared_dataset_equals_per_fit_datasets():
+    # The fast path: bins fixed on the controls, so row subsets of one Dataset give the
+    # classifiers a fresh Dataset of the same codes gives.
     data = screen(n=300, seed=3)
-    fast, imp_fast = evaluate_genes(data, FAST, shared_bins=True, threads=2)
-    slow, imp_slow = evaluate_genes(data, FAST, shared_bins=False)
+    p = EvalParams(n_trees=20, min_data_in_leaf=5, binning="controls", max_bin=63)
+    fast, imp_fast = evaluate_genes(data, p, threads=2)
+    slow, imp_slow = evaluate_genes(data, p, shared_dataset=False)
     for col in ("auroc_mean", "auroc_within", "sparsity", "concentration"):
         np.testing.assert_array_equal(fast[col], slow[col])
     np.testing.assert_array_equal(imp_fast["importance"], imp_slow["importance"])
+
+
+def test_seeds_repeat_the_fits_and_thread_count_changes_nothing():
+    data = screen(n=50, seed=5)
+    p = EvalParams(n_trees=20, min_data_in_leaf=5, seeds=[3, 7])
+    one, imp_one = evaluate_genes(data, p, threads=1)
+    two, imp_two = evaluate_genes(data, p, threads=2)
+    pd.testing.assert_frame_equal(one, two)
+    pd.testing.assert_frame_equal(imp_one, imp_two)
+    assert sorted(one["seed"].unique()) == [3, 7] and len(one) == 2 * 3
+    by_seed = one.pivot(index="gene", columns="seed", values="auroc_within")
+    assert (by_seed[3] != by_seed[7]).any()  # the random splits differ per seed
+
+
+def test_seed_lists_and_per_seed_files_are_checked():
+    data = screen()
+    for seeds, msg in (([], "seeds is empty"), ([1, 1], r"seeds are repeated \(\[1\]\)")):
+        with pytest.raises(CellicaError, match=msg):
+            evaluate_genes(data, EvalParams(n_trees=5, seeds=seeds))
+    with pytest.raises(CellicaError, match="2 features files for 3 seeds"):
+        evaluate_genes([data, data], EvalParams(n_trees=5, seeds=[0, 1, 2]))
+
+
+def test_a_gene_without_any_split_is_flagged_with_the_reason():
+    # min_data_in_leaf above half of any training set: no leaf can be split off.
+    pg, _ = evaluate_genes(screen(n=40), EvalParams(n_trees=10, min_data_in_leaf=200))
+    row = pg.set_index("gene").loc["NULL"]
+    assert bool(row["no_split"]) and "no classifier made a split" in row["no_split_reason"]
+    assert "min_data_in_leaf=200" in row["no_split_reason"]
+    assert row["auroc_mean"] == pytest.approx(0.5) and row["concentration"] == pytest.approx(0.0)
+    assert np.isnan(row["sparsity"])
+    used, _ = evaluate_genes(screen(n=40), FAST)
+    assert not used["no_split"].any()
+
+
+def test_fold_roc_curves_average_to_the_table_auroc():
+    pg, _ = evaluate_genes(screen(n=60, seed=2), FAST)
+    for row in pg[pg["skipped"] == ""].itertuples():
+        curves = json.loads(row.roc_folds)
+        assert len(curves) == row.n_folds
+        fpr, tpr = mean_roc(curves)
+        assert np.trapezoid(tpr, fpr) == pytest.approx(row.auroc_mean, abs=0.03)
 
 
 def test_quantise_codes_at_control_quantiles():
@@ -129,22 +202,14 @@ def test_batch_metrics_and_activity():
     shifted = batch_metrics(screen(batch_shift=3.0), "shifted", FAST)
     assert clean["chance_accuracy"] == pytest.approx(1 / 3)
     assert shifted["batch_accuracy"] > 0.9 > clean["batch_accuracy"]
+    assert shifted["batch_accuracy_lgbm"] > 0.9 > clean["batch_accuracy_lgbm"]
+    assert shifted["batch_accuracy_ci_low"] <= shifted["batch_accuracy"] <= shifted["batch_accuracy_ci_high"]
+    assert clean["batch_accuracy_ci_low"] < 1 / 3 + 0.15 < shifted["batch_accuracy_ci_low"]
     assert shifted["silhouette"] > clean["silhouette"]
     assert shifted["knn_mixing"] < 0.2 < clean["knn_mixing"]
     act = phenotypic_activity(screen(), "clean", FAST).set_index("perturbation")
     assert act.loc["STRONG", "map"] > act.loc["NULL", "map"]
     assert bool(act.loc["STRONG", "significant"])
-
-
-def test_summary_table_shapes():
-    pg, _ = evaluate_genes(screen(), FAST, variant="a")
-    pg2 = pg.assign(variant="b")
-    batch = pd.DataFrame([batch_metrics(screen(), v, FAST) for v in ("a", "b")])
-    act = pd.concat([phenotypic_activity(screen(), v, FAST) for v in ("a", "b")])
-    table = summary_table(pd.concat([pg, pg2]), batch, act)
-    per_variant = table[table.table == "per_variant"].pivot(index="metric", columns="variant", values="value")
-    assert {"auroc_mean", "sparsity", "concentration", "batch_accuracy", "map_mean", "active_fraction"} <= set(per_variant.index)
-    assert set(table[table.table == "per_gene"]["row"]) == {"STRONG", "NULL", "ONEB"}
 
 
 def test_activity_without_perturbations_is_empty_not_an_error():

@@ -8,7 +8,7 @@ from cellica.metrics import (
     concentration,
     hoyer_sparsity,
     knn_batch_mixing,
-    rank_features,
+    top_weights,
 )
 
 
@@ -27,22 +27,38 @@ def test_biological_variation_by_hand():
     np.testing.assert_allclose(biological_variation(pert, ctrl), [4.0, 0.0])
 
 
-def test_rank_features_breaks_ties_by_training_variation():
-    imp = np.array([0.0, 5.0, 0.0, 0.0])
-    bio_train = np.array([0.1, 0.0, 0.9, 0.1])
-    assert rank_features(imp, bio_train).tolist() == [1, 2, 0, 3]
+def test_top_weights_share_ties_at_the_cut():
+    # 8 features, top quarter = 2 places: feature 1 takes one; the 7 tied zeros share
+    # the other, 1/7 each (the expectation over random tie-breaking).
+    w = top_weights(np.array([0.0, 5.0, 0.0, 0.0, 0, 0, 0, 0]))
+    np.testing.assert_allclose(w, [1 / 7, 1, 1 / 7, 1 / 7, 1 / 7, 1 / 7, 1 / 7, 1 / 7])
+    np.testing.assert_allclose(top_weights(np.array([3.0, 2, 1, 0, 0, 0, 0, 0])), [1, 1, 0, 0, 0, 0, 0, 0])
+    # Three tied at the cut for one place.
+    np.testing.assert_allclose(top_weights(np.array([9.0, 1, 1, 1, 0, 0, 0, 0])), [1, 1 / 3, 1 / 3, 1 / 3, 0, 0, 0, 0])
+    assert top_weights(np.ones(3), 1.0).tolist() == [1, 1, 1]
 
 
 def test_concentration_by_hand():
-    order = np.arange(8)  # top quarter = features 0 and 1
-    assert concentration(order, np.ones(8)) == pytest.approx(0.0)  # uniform spread
-    assert concentration(order, np.array([1, 1, 0, 0, 0, 0, 0, 0.0])) == pytest.approx(1.0)
+    imp = np.arange(8, 0, -1.0)  # top quarter = features 0 and 1
+    assert concentration(imp, np.ones(8)) == pytest.approx(0.0)  # uniform spread
+    assert concentration(imp, np.array([1, 1, 0, 0, 0, 0, 0, 0.0])) == pytest.approx(1.0)
     # half the variation in the top quarter: (0.5 - 0.25) / 0.75
-    assert concentration(order, np.array([1, 0, 1, 0, 0, 0, 0, 0.0])) == pytest.approx((0.5 - 0.25) / 0.75)
-    assert concentration(order, np.array([0, 0, 1, 1, 1, 1, 1, 1.0])) == pytest.approx(-1 / 3)
-    assert math.isnan(concentration(order, np.zeros(8)))
+    assert concentration(imp, np.array([1, 0, 1, 0, 0, 0, 0, 0.0])) == pytest.approx((0.5 - 0.25) / 0.75)
+    assert concentration(imp, np.array([0, 0, 1, 1, 1, 1, 1, 1.0])) == pytest.approx(-1 / 3)
+    assert math.isnan(concentration(imp, np.zeros(8)))
     # 10 features: top ceil(2.5) = 3, f = 0.3
-    assert concentration(np.arange(10), np.r_[np.ones(3), np.zeros(7)]) == pytest.approx(1.0)
+    assert concentration(np.arange(10, 0, -1.0), np.r_[np.ones(3), np.zeros(7)]) == pytest.approx(1.0)
+
+
+def test_concentration_shares_tied_zero_importances():
+    # One used feature (0) carries no held-out variation; feature 2 carries all of it
+    # but is tied at zero importance with 6 others for the one place left: expected
+    # share 1/7, so (1/7 - 1/4) / (3/4). Breaking the tie by effect size would give 1.
+    imp = np.array([5.0, 0, 0, 0, 0, 0, 0, 0])
+    bio = np.array([0.0, 0, 1, 0, 0, 0, 0, 0])
+    assert concentration(imp, bio) == pytest.approx((1 / 7 - 0.25) / 0.75)
+    # A classifier that used no feature scores exactly 0: every feature shares the cut.
+    assert concentration(np.zeros(8), bio) == pytest.approx(0.0)
 
 
 def test_knn_mixing_extremes():

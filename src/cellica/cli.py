@@ -90,19 +90,20 @@ def _cmd_evaluate(ns: argparse.Namespace) -> None:
     from cellica.adata import read_h5ad
     from cellica.atomic import write_parquet
     from cellica.cli_params import dataclass_from_args
-    from cellica.evaluate import evaluate_genes, prepare, truth_alignment
+    from cellica.evaluate import evaluate_genes
     from cellica.params import EvalParams
 
     params = dataclass_from_args(EvalParams, ns)
-    adata = read_h5ad(ns.features)
-    variant = ns.variant or adata.uns.get("transform", {}).get("variant", "features")
-    per_gene, imps = evaluate_genes(adata, params, ns.chunk, variant, threads=ns.threads)
+    adatas = [read_h5ad(path) for path in ns.features]
+    variant = ns.variant or adatas[0].uns.get("transform", {}).get("variant", "features")
+    truth = None
     if ns.truth:
         from cellica.tilestore import TileStore
 
         store = TileStore.open(ns.truth)
-        per_gene = truth_alignment(per_gene, imps, prepare(adata, params), store.ground_truth("latents"),
-                                   store.ground_truth("effects"))
+        truth = store.ground_truth("latents"), store.ground_truth("effects")
+    per_gene, imps = evaluate_genes(adatas if len(adatas) > 1 else adatas[0], params, ns.chunk, variant,
+                                    threads=ns.threads, truth=truth)
     write_parquet(per_gene, ns.out)
     write_parquet(imps, ns.importances_out)
 
@@ -113,10 +114,11 @@ def _cmd_gather_eval(ns: argparse.Namespace) -> None:
     from cellica.atomic import write_parquet
 
     per_gene = pd.concat([pd.read_parquet(p) for p in ns.per_gene], ignore_index=True)
-    dup = per_gene.duplicated(["variant", "gene"])
+    keys = ["variant", "gene", "seed"] if "seed" in per_gene else ["variant", "gene"]
+    dup = per_gene.duplicated(keys)
     if dup.any():
         raise CellicaError(f"gather-eval: genes evaluated twice, e.g. {per_gene.loc[dup, 'gene'].head(3).tolist()}")
-    write_parquet(per_gene.sort_values(["variant", "gene"]).reset_index(drop=True), ns.out)
+    write_parquet(per_gene.sort_values(keys).reset_index(drop=True), ns.out)
     imps = pd.concat([pd.read_parquet(p) for p in ns.importances], ignore_index=True)
     write_parquet(imps, ns.importances_out)
 
@@ -162,10 +164,17 @@ def _cmd_summarize(ns: argparse.Namespace) -> None:
     import pandas as pd
 
     from cellica.atomic import write_parquet
-    from cellica.evaluate import summary_table
+    from cellica.cli_params import dataclass_from_args
+    from cellica.compare import summary_table
+    from cellica.params import EvalParams
 
+    params = dataclass_from_args(EvalParams, ns)
+    params.validate()
     per_gene = pd.concat([pd.read_parquet(p) for p in ns.per_gene], ignore_index=True)
-    table = summary_table(per_gene, pd.read_parquet(ns.batch), pd.read_parquet(ns.activity))
+    table = summary_table(per_gene, pd.read_parquet(ns.batch), pd.read_parquet(ns.activity), params.n_boot,
+                          params.seed)
+    for claim in table[table["table"] == "claim"].itertuples():
+        log.info("claim %s: %s (%s)", claim.verdict.upper(), claim.row, claim.detail)
     table.attrs["provenance"] = json.dumps({"per_gene": ns.per_gene, "batch": ns.batch, "config_hash": ns.config_hash})
     write_parquet(table, ns.out)
 
@@ -295,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_transform)
 
     p = sub.add_parser("evaluate", help="per-gene LightGBM classifiers vs shared controls (AUROC, sparsity, ...)")
-    p.add_argument("--features", required=True, help="features of one variant (*.h5ad)")
+    p.add_argument("--features", required=True, nargs="+",
+                   help="features of one variant (*.h5ad): one file, or one per seed of --seeds")
     p.add_argument("--out", required=True, help="per-gene table (*.parquet)")
     p.add_argument("--importances-out", required=True, help="feature importances (*.parquet)")
     p.add_argument("--variant", default=None, help="name in the tables (default: from the file)")
@@ -327,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--activity", required=True)
     p.add_argument("--config-hash", default="")
     p.add_argument("--out", required=True)
+    add_dataclass_args(p, EvalParams)
     p.set_defaults(func=_cmd_summarize)
 
     p = sub.add_parser("align", help="alignment error between two embeddings of the same samples, per class of map")

@@ -28,9 +28,11 @@ def _kind(tp: Any) -> str:
     return tp.__name__ if tp in (bool, int, float, str) else "str"
 
 
-def parse_value(text: str, kind: str, name: str) -> Any:
-    """Parse one command-line value of the given kind; ``none`` means null."""
-    if text.lower() in ("none", "null"):
+def parse_value(text: str, kind: str, name: str, nullable: bool = True) -> Any:
+    """Parse one command-line value of the given kind; ``none`` means null for a ``nullable``
+    option (for a string option that cannot be null, such as ``batch_correction``, it is the
+    word ``none``)."""
+    if nullable and text.lower() in ("none", "null"):
         return None
     try:
         if kind == "dict":
@@ -82,5 +84,9 @@ def dataclass_from_args(cls: type, ns: argparse.Namespace) -> Any:
     kwargs = {}
     for f in dataclasses.fields(cls):
         if hasattr(ns, f.name):
-            kwargs[f.name] = parse_value(getattr(ns, f.name), _kind(hints[f.name]), f.name)
+            nullable = type(None) in typing.get_args(hints[f.name])
+            value = parse_value(getattr(ns, f.name), _kind(hints[f.name]), f.name, nullable)
+            if isinstance(value, list) and typing.get_args(hints[f.name])[:1] == (int,):
+                value = [parse_value(v, "int", f.name) for v in value]
+            kwargs[f.name] = value
     return cls(**kwargs)

@@ -6,23 +6,31 @@ separates its samples from the controls (the same controls for every gene).
 * Held-out-batch AUROC (the headline): one fold per batch that contains the gene;
   the fold's test side is the gene's samples *and* the controls of that batch,
   the training side everything else. AUROC is computed per fold and per guide,
-  and averaged per gene (mean and sd over folds). Genes seen in a single batch
-  fall back to a stratified 3-fold random split and are flagged ``single_batch``.
+  and averaged per gene (mean and sd over folds); column ``split`` is ``batch``.
+  Genes seen in a single batch fall back to a stratified 3-fold random split
+  (``split`` is ``random``, flagged ``single_batch``): their AUROC is not a
+  held-out-batch figure and the summary keeps them in a row of their own.
 * Within-batch AUROC: a stratified 3-fold random split that ignores batches,
   reported beside it so the gap (how much of the signal was batch) is visible.
 * Sparsity: Hoyer sparsity of the feature importances (``gain`` by default),
   averaged over the held-out folds' classifiers.
-* Concentration: features ranked by the training fold's importances (ties by
-  the training fold's biological variation), biological variation measured on
-  the held-out fold (:func:`cellica.metrics.concentration`).
+* Concentration: features ranked by the training fold's importances, ties at the
+  top-25% cut sharing it (the expectation over random tie-breaking), biological
+  variation measured on the held-out fold (:func:`cellica.metrics.concentration`).
+* ``no_split``: no classifier of the gene made a single split (every importance
+  zero), with the reason; such a gene's AUROC is 0.5 by construction.
 
-Speed: the features are binned once, at quantiles of the controls
-(:func:`quantise`), into one LightGBM ``Dataset``; every fold of every gene
-trains on a row subset of it (no re-binning of the 22k shared controls), one
-thread per model, genes in parallel. Because the bins are fixed before any fit,
-a fresh ``Dataset`` per fit (the straightforward way) finds exactly the same
-bins and gives exactly the same classifiers and AUROCs (tested, and measured by
-``benchmarks/evaluate.py``).
+Classifiers (``binning``): ``lightgbm`` (default) is the paper's recipe, a fresh
+LightGBM ``Dataset`` per fit that bins its own training set (``max_bin`` 255).
+``controls`` is a faster path that cuts every feature once at quantiles of the
+controls and trains on row subsets of one binned ``Dataset``; it changes AUROC
+and sparsity (``benchmarks/evaluate.py`` measures by how much) and is flagged in
+the tables' provenance and the logs.
+
+Every fit uses one LightGBM thread with ``deterministic``; genes run in parallel
+threads, so the numbers do not depend on the thread count. ``seeds`` repeats all
+fits with each seed (LightGBM's seed and the random splits); the tables carry a
+``seed`` column.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -41,19 +49,19 @@ from cellica import __version__
 from cellica.adata import aggregate_wells
 from cellica.errors import CellicaError
 from cellica.logs import get_logger
-from cellica.metrics import biological_variation, concentration, hoyer_sparsity, rank_features
+from cellica.metrics import biological_variation, concentration, hoyer_sparsity
 from cellica.params import EvalParams
 
 log = get_logger("evaluate")
 
 
-def lgb_params(p: EvalParams) -> dict[str, Any]:
-    """LightGBM parameters (the paper's defaults), one thread, deterministic."""
+def lgb_params(p: EvalParams, seed: int) -> dict[str, Any]:
+    """LightGBM parameters (the paper's Table 6), one thread, deterministic."""
     return {
         "objective": "binary", "is_unbalance": p.is_unbalance, "learning_rate": p.learning_rate,
         "num_leaves": p.num_leaves, "feature_fraction": p.feature_fraction, "reg_alpha": p.reg_alpha,
         "reg_lambda": p.reg_lambda, "min_data_in_leaf": p.min_data_in_leaf, "max_bin": p.max_bin,
-        "num_threads": 1, "seed": p.seed, "deterministic": True, "force_col_wise": True, "verbose": -1,
+        "num_threads": 1, "seed": seed, "deterministic": True, "force_col_wise": True, "verbose": -1,
     }
 
 
@@ -66,13 +74,11 @@ def _auroc(y: np.ndarray, score: np.ndarray) -> float:
 def quantise(x: np.ndarray, reference: np.ndarray, levels: int) -> np.ndarray:
     """Each feature's bin code, 0 .. ``levels`` - 1, at quantiles of the reference rows.
 
-    LightGBM bins every feature into at most ``max_bin`` histogram bins anyway, at
-    quantiles of each training set, so a classifier only ever sees bin codes. Fixing
-    the bins once, on the shared controls, means every fit of every gene sees the
-    same bins: training on row subsets of one binned ``Dataset`` then gives exactly
-    the classifier that a fresh ``Dataset`` per fit gives (each code is its own
-    LightGBM bin when ``levels <= max_bin``), and split thresholds mean the same
-    thing for every gene and fold. Only feature values are used, never labels.
+    Used by the ``controls`` binning only: every fit of every gene then sees the
+    same bins, so training on row subsets of one binned ``Dataset`` gives exactly
+    the classifier that a fresh ``Dataset`` of the codes gives. This is *not*
+    LightGBM's own binning of each training set (the paper's recipe), and it
+    changes the numbers. Only feature values are used, never labels.
 
     Parameters
     ----------
@@ -102,17 +108,13 @@ def quantise(x: np.ndarray, reference: np.ndarray, levels: int) -> np.ndarray:
 
 
 def bin_levels(n_controls: int, max_bin: int) -> int:
-    """Bins per feature: ``max_bin``, fewer when there are under 3 controls per bin.
-
-    The same resolution LightGBM's own binning allows (it merges bins holding fewer
-    than 3 rows, ``min_data_in_bin``). The codes are then binned with
-    ``min_data_in_bin=1``, so no code is ever merged, whichever rows a fold trains on.
-    """
+    """Bins per feature of the ``controls`` binning: ``max_bin``, fewer when there are
+    under 3 controls per bin (LightGBM's own ``min_data_in_bin``)."""
     return int(np.clip(n_controls // 3, 2, max_bin))
 
 
 class GeneClassifiers:
-    """Fits the classifiers of many genes on one shared, pre-binned matrix.
+    """Fits the classifiers of many genes against one shared set of controls.
 
     Parameters
     ----------
@@ -121,101 +123,119 @@ class GeneClassifiers:
     obs
         Metadata with ``perturbation``, ``is_control``, ``batch`` (and ``guide`` if any).
     params
-        LightGBM and cross-validation settings.
-    shared_bins
-        ``True``: one binned Dataset, trained on row subsets (fast). ``False``: a new
-        LightGBM Dataset for every fit (the straightforward way; for benchmarks). Both
-        see the same :func:`quantise` codes and give the same classifiers.
-    model_threads
-        LightGBM threads per model (1: the pipeline runs genes in parallel instead).
+        LightGBM and cross-validation settings; ``params.binning`` picks the path.
+    seed
+        LightGBM's seed and the seed of the random splits.
+    shared_dataset
+        ``controls`` binning only: ``True`` trains on row subsets of one binned
+        Dataset (fast), ``False`` builds a Dataset of the same codes per fit
+        (identical classifiers; for the tests and benchmarks).
     """
 
-    def __init__(self, x: np.ndarray, obs: pd.DataFrame, params: EvalParams, shared_bins: bool = True,
-                 model_threads: int = 1):
+    def __init__(self, x: np.ndarray, obs: pd.DataFrame, params: EvalParams, seed: int = 0,
+                 shared_dataset: bool = True):
         import lightgbm as lgb
 
         self.lgb = lgb
         self.x = np.ascontiguousarray(x, dtype=np.float32)  # biological variation is measured on these
         self.obs = obs
         self.p = params
-        self.params = {**lgb_params(params), "num_threads": model_threads}
+        self.seed = int(seed)
+        self.params = lgb_params(params, self.seed)
         self.ctrl = obs["is_control"].to_numpy(dtype=bool)
-        self.levels = bin_levels(int(self.ctrl.sum()), params.max_bin)
-        self.codes = quantise(self.x, self.ctrl, self.levels)  # what every classifier sees
         self.batch = obs[params.batch_key].astype(str).to_numpy()
-        self.guide = obs["guide"].astype(str).to_numpy() if "guide" in obs else obs["perturbation"].astype(str).to_numpy()
-        self.shared_bins = shared_bins
-        if shared_bins:
-            self.full = lgb.Dataset(self.codes, label=np.zeros(len(self.x)), params=self._ds_params(),
-                                    free_raw_data=False).construct()
+        self.perts = obs["perturbation"].astype(str).to_numpy()
+        self.guide = obs["guide"].astype(str).to_numpy() if "guide" in obs else self.perts
+        self.levels = None
+        self.full = None
+        self.inputs = self.x  # what the classifiers see
+        if params.binning == "controls":
+            self.levels = bin_levels(int(self.ctrl.sum()), params.max_bin)
+            self.inputs = quantise(self.x, self.ctrl, self.levels)
+            if shared_dataset:
+                self.full = lgb.Dataset(self.inputs, label=np.zeros(len(self.x)), params=self._ds_params(),
+                                        free_raw_data=False).construct()
 
     def _ds_params(self) -> dict[str, Any]:
-        # One LightGBM bin per code: min_data_in_bin=1 so rare codes are never merged.
-        return {**{k: self.params[k] for k in ("max_bin", "min_data_in_leaf", "verbose")}, "min_data_in_bin": 1}
+        keys = ("max_bin", "min_data_in_leaf", "verbose", "seed")
+        ds = {k: self.params[k] for k in keys}
+        if self.p.binning == "controls":
+            ds["min_data_in_bin"] = 1  # one LightGBM bin per code: rare codes are never merged
+        return ds
 
     def fit_predict(self, train: np.ndarray, y_train: np.ndarray, test: np.ndarray):
         """Train on rows ``train`` with labels, predict rows ``test``; returns (scores, booster)."""
-        if self.shared_bins:
+        if self.full is not None:
             ds = self.full.subset(np.sort(train)).construct()
             order = np.argsort(np.argsort(train))  # labels follow the sorted row order
             y_sorted = np.empty_like(y_train)
             y_sorted[order] = y_train
             ds.set_label(y_sorted.astype(float))
         else:
-            ds = self.lgb.Dataset(self.codes[train], label=y_train.astype(float), params=self._ds_params())
+            ds = self.lgb.Dataset(self.inputs[train], label=y_train.astype(float), params=self._ds_params())
         booster = self.lgb.train(self.params, ds, num_boost_round=self.p.n_trees)
-        return booster.predict(self.codes[test]), booster
+        return booster.predict(self.inputs[test]), booster
 
     # ------------------------------------------------------------------ one gene
     def evaluate_gene(self, gene: str) -> tuple[dict[str, Any], np.ndarray | None]:
         """All metrics of one gene; returns (row of the per-gene table, mean importances)."""
         p = self.p
-        pert = (self.obs["perturbation"].astype(str).to_numpy() == gene) & ~self.ctrl
+        pert = (self.perts == gene) & ~self.ctrl
         batches = sorted(set(self.batch[pert]))
         row: dict[str, Any] = {
-            "gene": gene, "n_samples": int(pert.sum()), "n_controls": int(self.ctrl.sum()),
-            "guides": ",".join(sorted(set(self.guide[pert]))), "batches": ",".join(batches),
-            "n_batches": len(batches), "single_batch": len(batches) == 1, "skipped": "",
+            "gene": gene, "seed": self.seed, "n_samples": int(pert.sum()), "n_controls": int(self.ctrl.sum()),
+            "n_features": int(self.x.shape[1]), "guides": ",".join(sorted(set(self.guide[pert]))),
+            "batches": ",".join(batches), "n_batches": len(batches), "single_batch": len(batches) == 1,
+            "split": "", "skipped": "", "no_split": False, "no_split_reason": "",
         }
         if pert.sum() < p.min_samples:
             row["skipped"] = f"only {int(pert.sum())} sample(s) (< min_samples {p.min_samples})"
             return row, None
-        folds, notes = self._folds(pert, batches)
+        folds, split, notes = self._folds(pert, batches)
         if not folds:
             row["skipped"] = "; ".join(notes) or "no usable fold"
             return row, None
-        aurocs, guide_auc, sparsities, concs, imps, pooled = [], {}, [], [], [], []
+        aurocs, guide_auc, sparsities, concs, imps, curves = [], {}, [], [], [], []
         for train, test in folds:
             y_train, y_test = pert[train], pert[test]
             score, booster = self.fit_predict(train, y_train, test)
             aurocs.append(_auroc(y_test, score))
-            pooled.append((y_test, score))
+            curves.append(_roc_points(y_test, score))
             for g in sorted(set(self.guide[test][y_test])):
                 keep = ~y_test | (self.guide[test] == g)
                 guide_auc.setdefault(g, []).append(_auroc(y_test[keep], score[keep]))
             imp = booster.feature_importance(importance_type=p.importance_type).astype(np.float64)
             imps.append(imp)
             sparsities.append(hoyer_sparsity(imp))
-            bio_train = biological_variation(self.x[train][y_train], self.x[train][~y_train])
             bio_test = biological_variation(self.x[test][y_test], self.x[test][~y_test])
-            concs.append(concentration(rank_features(imp, bio_train), bio_test, p.top_fraction))
+            concs.append(concentration(imp, bio_test, p.top_fraction))
         within = self._within_batch_auroc(pert)
         mean_imp = np.mean(imps, axis=0)
+        no_split = not any(i.sum() > 0 for i in imps)
         row.update(
-            auroc_mean=float(np.nanmean(aurocs)), auroc_sd=float(np.nanstd(aurocs)), n_folds=len(folds),
+            split=split, auroc_mean=float(np.nanmean(aurocs)), auroc_sd=float(np.nanstd(aurocs)), n_folds=len(folds),
             auroc_within=within, auroc_gap=within - float(np.nanmean(aurocs)),
             auroc_by_guide=json.dumps({g: round(float(np.nanmean(v)), 4) for g, v in guide_auc.items()}),
-            sparsity=_nanmean(sparsities), concentration=_nanmean(concs),
-            notes="; ".join(notes), **_roc_points(pooled),
+            sparsity=_nanmean(sparsities), concentration=_nanmean(concs), no_split=no_split,
+            no_split_reason=self._no_split_reason(pert, folds) if no_split else "",
+            notes="; ".join(notes), roc_folds=json.dumps(curves),
         )
         return row, mean_imp
+
+    def _no_split_reason(self, pert: np.ndarray, folds) -> str:
+        """Why no tree split: the usual causes, with the numbers of the smallest training set."""
+        n_pos = min(int(pert[train].sum()) for train, _ in folds)
+        p = self.p
+        return (f"no classifier made a split: at most {n_pos} perturbed training samples per fold against "
+                f"min_data_in_leaf={p.min_data_in_leaf}, reg_alpha={p.reg_alpha}, {p.n_trees} trees at "
+                f"learning_rate={p.learning_rate}; AUROC is 0.5 by construction")
 
     def _folds(self, pert: np.ndarray, batches: list[str]):
         notes = []
         if len(batches) == 1 or self.p.split == "random":
             if len(batches) == 1 and self.p.split == "batch":
                 notes.append(f"single batch {batches[0]}: stratified random split instead of held-out batch")
-            return self._random_folds(pert), notes
+            return self._random_folds(pert), "random", notes
         folds = []
         for b in batches:
             held = self.batch == b
@@ -228,7 +248,7 @@ class GeneClassifiers:
                 notes.append(f"holding out batch {b} leaves < 2 perturbed training samples: fold skipped")
                 continue
             folds.append((train, test))
-        return folds, notes
+        return folds, "batch", notes
 
     def _random_folds(self, pert: np.ndarray, n_splits: int = 3):
         from sklearn.model_selection import StratifiedKFold
@@ -238,7 +258,7 @@ class GeneClassifiers:
         n_splits = min(n_splits, int(y.sum()))
         if n_splits < 2:
             return []
-        skf = StratifiedKFold(n_splits=n_splits, shuffle=True, random_state=self.p.seed)
+        skf = StratifiedKFold(n_splits=n_splits, shuffle=True, random_state=self.seed)
         return [(rows[a], rows[b]) for a, b in skf.split(rows, y)]
 
     def _within_batch_auroc(self, pert: np.ndarray) -> float:
@@ -255,17 +275,29 @@ def _nanmean(values: list[float]) -> float:
     return float(arr[np.isfinite(arr)].mean()) if np.isfinite(arr).any() else float("nan")
 
 
-def _roc_points(pooled: list[tuple[np.ndarray, np.ndarray]], n_points: int = 40) -> dict[str, str]:
-    """The ROC curve of the held-out scores pooled over folds, thinned for the reports (JSON)."""
+def _roc_points(y: np.ndarray, score: np.ndarray, n_points: int = 40) -> list[list[float]]:
+    """One fold's ROC curve, thinned for the reports: ``[fpr, tpr]`` (empty without both classes)."""
     from sklearn.metrics import roc_curve
 
-    y = np.concatenate([p[0] for p in pooled])
-    s = np.concatenate([p[1] for p in pooled])
     if not 0 < y.sum() < y.size:
-        return {"roc_fpr": "[]", "roc_tpr": "[]"}
-    fpr, tpr, _ = roc_curve(y, s)
+        return [[], []]
+    fpr, tpr, _ = roc_curve(y, score)
     keep = np.unique(np.linspace(0, fpr.size - 1, min(n_points, fpr.size)).round().astype(int))
-    return {"roc_fpr": json.dumps(np.round(fpr[keep], 4).tolist()), "roc_tpr": json.dumps(np.round(tpr[keep], 4).tolist())}
+    return [np.round(fpr[keep], 4).tolist(), np.round(tpr[keep], 4).tolist()]
+
+
+def mean_roc(curves: list[list[list[float]]], grid: int = 101) -> tuple[np.ndarray, np.ndarray]:
+    """Vertical average of per-fold ROC curves on an FPR grid.
+
+    The area under it is the mean of the folds' areas (to the grid's resolution), so
+    it agrees with the mean held-out AUROC of the tables, unlike a curve of scores
+    pooled over folds (which mixes the folds' score scales).
+    """
+    fpr = np.linspace(0, 1, grid)
+    tprs = [np.interp(fpr, f, t) for f, t in curves if len(f) > 1]
+    if not tprs:
+        return fpr, np.full(grid, np.nan)
+    return fpr, np.mean(tprs, axis=0)
 
 
 def gene_chunk(genes: list[str], chunk: str | None) -> list[str]:
@@ -282,16 +314,33 @@ def gene_chunk(genes: list[str], chunk: str | None) -> list[str]:
 
 
 def prepare(adata, p: EvalParams):
-    """Features at the configured level, without the controls that fitted the transform."""
+    """Features at the configured level, without the controls that fitted the transform.
+
+    When every control fitted the transform (``transform.fit_fraction: 1.0``) there is
+    nothing to hold back: the evaluation reuses them, with a loud warning (the
+    classifiers then compare perturbations with controls the transform was fit on).
+    """
     from cellica.transforms import FIT_COL
 
-    if FIT_COL in adata.obs and adata.obs[FIT_COL].any():
-        held = ~adata.obs[FIT_COL].to_numpy(dtype=bool)
-        log.info("evaluating against %d held-back controls (%d controls fitted the transform and are left out)",
-                 int((held & adata.obs["is_control"].to_numpy()).sum()), int((~held).sum()))
-        adata = adata[held].copy()
+    obs = adata.obs
+    ctrl = obs["is_control"].to_numpy(dtype=bool)
+    if FIT_COL in obs and obs[FIT_COL].any():
+        fitted = obs[FIT_COL].to_numpy(dtype=bool)
+        if (ctrl & ~fitted).any():
+            log.info("evaluating against %d held-back controls (%d controls fitted the transform and are left out)",
+                     int((ctrl & ~fitted).sum()), int(fitted.sum()))
+            adata = adata[~fitted].copy()
+        else:
+            log.warning("every control fitted the transform (fit_fraction 1.0): the evaluation REUSES these %d "
+                        "controls, so it compares perturbations with the controls the transform was fit on "
+                        "(optimistic: leakage)", int(ctrl.sum()))
     if p.level == "wells" and "tile_id" in adata.obs:
         adata = aggregate_wells(adata)
+        log.info("evaluating well means: %d wells (aggregated from tiles)", adata.n_obs)
+    else:
+        unit = "samples as given (no tile_id: imported profiles, e.g. one per well)" if "tile_id" not in adata.obs \
+            else "tiles"
+        log.info("evaluating %d %s", adata.n_obs, unit)
     obs = adata.obs
     if p.batch_key not in obs:
         raise CellicaError(f"evaluate: batch_key {p.batch_key!r} is not a metadata column")
@@ -308,46 +357,93 @@ def prepare(adata, p: EvalParams):
 
 
 def evaluate_genes(adata, params: EvalParams | None = None, chunk: str | None = None,
-                   variant: str = "features", shared_bins: bool = True,
-                   threads: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-gene classifiers for the genes of ``chunk`` (``threads`` genes at a time).
+                   variant: str = "features", threads: int = 1, shared_dataset: bool = True,
+                   truth: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-gene classifiers for the genes of ``chunk``, once per seed (``threads`` genes at a time).
+
+    Parameters
+    ----------
+    adata
+        Features of one variant (AnnData), or a list with one AnnData per seed of
+        ``params.seeds`` (variants whose transform is itself seeded: the rotation
+        of ``pca_rand``, the ICA of ``pca_ica``).
+    params
+        Classifier settings; ``params.seeds`` lists the seeds.
+    chunk
+        ``i/n``: only the genes of that chunk (:func:`gene_chunk`).
+    variant
+        Name in the tables.
+    threads
+        Genes fitted in parallel, one LightGBM thread each (the numbers do not depend on it).
+    shared_dataset
+        ``controls`` binning only: see :class:`GeneClassifiers`.
+    truth
+        Simulated ground truth ``(latents, effects)``: adds :func:`truth_alignment` columns.
 
     Returns
     -------
     per_gene : pandas.DataFrame
-        One row per gene (see the module docstring); skipped genes keep a reason.
+        One row per gene and seed (see the module docstring); skipped genes keep a reason.
     importances : pandas.DataFrame
-        Long table gene, feature, importance (mean over held-out folds).
+        Long table seed, gene, feature, importance (mean over held-out folds).
     """
     p = params or EvalParams()
+    p.validate()
+    per_seed = list(adata) if isinstance(adata, list | tuple) else [adata] * len(p.seeds)
+    if len(per_seed) != len(p.seeds):
+        raise CellicaError(f"evaluate: {len(per_seed)} features files for {len(p.seeds)} seeds {p.seeds}; give one "
+                           "file, or one per seed")
+    if p.binning == "controls":
+        log.warning("binning: controls (the fast path): bins fixed once at control quantiles, not LightGBM's own "
+                    "binning of each training set; AUROC and sparsity differ from the paper's recipe")
+    tables, imp_tables = [], []
+    for seed, data in zip(p.seeds, per_seed, strict=True):
+        pg, imps = _evaluate_seed(data, p, int(seed), chunk, variant, threads, shared_dataset)
+        if truth is not None:
+            pg = truth_alignment(pg, imps, prepare(data, p), *truth)
+        tables.append(pg)
+        imp_tables.append(imps)
+    per_gene = pd.concat(tables, ignore_index=True)
+    importances = pd.concat(imp_tables, ignore_index=True)
+    per_gene.attrs["provenance"] = json.dumps({"params": asdict(p), "cellica_version": __version__, "chunk": chunk,
+                                               "variant": variant, "importance_type": p.importance_type,
+                                               "binning": p.binning})
+    return per_gene, importances
+
+
+def _evaluate_seed(adata, p: EvalParams, seed: int, chunk, variant: str, threads: int, shared_dataset: bool):
+    """The per-gene table and importances of one seed."""
     t0 = time.perf_counter()
     adata = prepare(adata, p)
     obs = adata.obs
-    genes = sorted(set(obs.loc[~obs["is_control"], "perturbation"].astype(str)))
-    genes = gene_chunk(genes, chunk)
-    clf = GeneClassifiers(np.asarray(adata.X), obs, p, shared_bins=shared_bins)
-    rows, imps = [], []
-    # LightGBM releases the GIL: one single-threaded model per worker thread, genes in parallel.
+    genes = gene_chunk(sorted(set(obs.loc[~obs["is_control"], "perturbation"].astype(str))), chunk)
+    clf = GeneClassifiers(np.asarray(adata.X), obs, p, seed=seed, shared_dataset=shared_dataset)
+    # LightGBM releases the GIL: one single-threaded model per worker thread, genes in parallel;
+    # pool.map keeps the genes' order, so the tables do not depend on the thread count.
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        results = list(tqdm(pool.map(clf.evaluate_gene, genes), total=len(genes), desc=f"evaluate {variant}",
-                            unit="gene", disable=None))
+        results = list(tqdm(pool.map(clf.evaluate_gene, genes), total=len(genes),
+                            desc=f"evaluate {variant} seed {seed}", unit="gene", disable=None))
+    rows, imps = [], []
+    names = list(map(str, adata.var_names))
     for row, imp in results:
-        gene = row["gene"]
         row["variant"] = variant
         rows.append(row)
         if imp is not None:
-            order = np.argsort(-imp)
-            row["top_features"] = ",".join(str(adata.var_names[j]) for j in order[:5] if imp[j] > 0)
-            imps.append(pd.DataFrame({"gene": gene, "feature": list(map(str, adata.var_names)), "importance": imp}))
+            order = np.argsort(-imp, kind="stable")
+            row["top_features"] = ",".join(names[j] for j in order[:5] if imp[j] > 0)
+            imps.append(pd.DataFrame({"seed": seed, "gene": row["gene"], "feature": names, "importance": imp}))
     per_gene = pd.DataFrame(rows)
-    skipped = per_gene["skipped"].astype(bool).sum() if len(per_gene) else 0
-    log.info("%s: %d genes (%d skipped) at %s level, %d samples x %d features (%d bins at control quantiles), "
-             "in %.1f s", variant, len(genes), skipped, p.level, adata.n_obs, adata.n_vars, clf.levels,
+    n_skipped = int(per_gene["skipped"].astype(bool).sum()) if len(per_gene) else 0
+    n_no_split = int(per_gene["no_split"].sum()) if len(per_gene) else 0
+    bins = f"{clf.levels} bins at control quantiles" if clf.levels else f"LightGBM's own bins (max_bin {p.max_bin})"
+    log.info("%s seed %d: %d genes (%d skipped, %d without any split), %d samples x %d features, %s, in %.1f s",
+             variant, seed, len(genes), n_skipped, n_no_split, adata.n_obs, adata.n_vars, bins,
              time.perf_counter() - t0)
-    importances = pd.concat(imps, ignore_index=True) if imps else pd.DataFrame(columns=["gene", "feature", "importance"])
-    per_gene.attrs["provenance"] = json.dumps({"params": asdict(p), "cellica_version": __version__, "chunk": chunk,
-                                               "variant": variant, "importance_type": p.importance_type,
-                                               "bins_per_feature": clf.levels})
+    if n_no_split:
+        log.warning("%s seed %d: %d gene(s) whose classifiers made no split (AUROC 0.5 by construction): %s",
+                    variant, seed, n_no_split, ", ".join(per_gene.loc[per_gene["no_split"], "gene"].head(10)))
+    columns = ["seed", "gene", "feature", "importance"]
+    importances = pd.concat(imps, ignore_index=True) if imps else pd.DataFrame(columns=columns)
     return per_gene, importances
 
 
@@ -371,19 +467,54 @@ def batch_metrics(adata, variant: str, p: EvalParams | None = None) -> dict[str,
     n_batches = len(np.unique(b))
     out = {"variant": variant, "n_controls": int(len(x)), "n_batches": n_batches, "chance_accuracy": 1.0 / max(n_batches, 1)}
     if n_batches < 2:
-        return {**out, "batch_accuracy": float("nan"), "silhouette": float("nan"), "knn_mixing": float("nan")}
+        nan = float("nan")
+        return {**out, "batch_accuracy": nan, "batch_accuracy_lgbm": nan, "silhouette": nan, "knn_mixing": nan}
     from cellica.metrics import knn_batch_mixing
 
     folds = min(5, int(pd.Series(b).value_counts().min()))
-    if folds >= 2:
-        model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=1.0))
-        pred = cross_val_predict(model, x, b, cv=StratifiedKFold(folds, shuffle=True, random_state=p.seed))
-        out["batch_accuracy"] = float(balanced_accuracy_score(b, pred))
-    else:
-        out["batch_accuracy"] = float("nan")
+    cv = StratifiedKFold(folds, shuffle=True, random_state=p.seed) if folds >= 2 else None
+    # Both classifiers weight batches equally (class_weight balanced) and are scored by
+    # balanced accuracy, with a 95% bootstrap interval over the controls.
+    models = {"batch_accuracy": make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=1.0,
+                                                                                      class_weight="balanced")),
+              "batch_accuracy_lgbm": _lgbm_batch_classifier(p)}
+    for name, model in models.items():
+        if cv is None:
+            out[name], out[f"{name}_ci_low"], out[f"{name}_ci_high"] = (float("nan"),) * 3
+            continue
+        pred = cross_val_predict(model, x, b, cv=cv)
+        out[name] = float(balanced_accuracy_score(b, pred))
+        out[f"{name}_ci_low"], out[f"{name}_ci_high"] = _bootstrap_balanced_accuracy(b, pred, p.n_boot, p.seed)
     out["silhouette"] = float(silhouette_score(x, b))
     out["knn_mixing"] = knn_batch_mixing(x, b)
     return out
+
+
+def _lgbm_batch_classifier(p: EvalParams):
+    """A balanced multi-class LightGBM batch classifier (the evaluation's own tree settings)."""
+    from lightgbm import LGBMClassifier
+
+    return LGBMClassifier(n_estimators=p.n_trees, learning_rate=p.learning_rate, num_leaves=p.num_leaves,
+                          colsample_bytree=p.feature_fraction, reg_alpha=p.reg_alpha, reg_lambda=p.reg_lambda,
+                          min_child_samples=p.min_data_in_leaf, class_weight="balanced", n_jobs=1,
+                          random_state=p.seed, deterministic=True, force_col_wise=True, verbose=-1)
+
+
+def _bootstrap_balanced_accuracy(y: np.ndarray, pred: np.ndarray, n_boot: int, seed: int) -> tuple[float, float]:
+    """95% percentile interval of the balanced accuracy (mean recall over batches) over
+    controls resampled with replacement; resamples that miss a batch are redrawn."""
+    rng = np.random.default_rng(seed)
+    _, yi = np.unique(y, return_inverse=True)
+    k = int(yi.max()) + 1
+    correct = (np.asarray(y) == np.asarray(pred)).astype(np.float64)
+    stats = []
+    for _ in range(n_boot):
+        i = rng.integers(0, len(yi), len(yi))
+        n = np.bincount(yi[i], minlength=k)
+        if (n > 0).all():
+            stats.append(float((np.bincount(yi[i], weights=correct[i], minlength=k) / n).mean()))
+    lo, hi = np.percentile(stats, [2.5, 97.5]) if stats else (np.nan, np.nan)
+    return float(lo), float(hi)
 
 
 def phenotypic_activity(adata, variant: str, p: EvalParams | None = None) -> pd.DataFrame:
@@ -452,31 +583,3 @@ def truth_alignment(per_gene: pd.DataFrame, importances: pd.DataFrame, adata, la
     for k, v in cols.items():
         out[k] = v
     return out
-
-
-def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.DataFrame) -> pd.DataFrame:
-    """The paper's Tables 3-4 as one tidy table: ``table, row, variant, metric, value``.
-
-    ``table == "per_gene"``: each gene's AUROC (held-out and within-batch), sparsity
-    and concentration per variant (Table 3). ``table == "per_variant"``: their means
-    over genes (Table 4), the batch metrics on controls and the mAP / fraction of
-    active perturbations.
-    """
-    metrics = ["auroc_mean", "auroc_within", "sparsity", "concentration"]
-    ok = per_gene[~per_gene["skipped"].astype(bool)]
-    genes = ok.melt(id_vars=["gene", "variant"], value_vars=metrics, var_name="metric").rename(columns={"gene": "row"})
-    genes.insert(0, "table", "per_gene")
-    means = ok.groupby("variant")[metrics].mean()
-    if not activity.empty:
-        means = means.join(activity.groupby("variant").agg(map_mean=("map", "mean"),
-                                                           active_fraction=("significant", "mean")))
-    if not batch.empty:
-        cols = ["batch_accuracy", "chance_accuracy", "silhouette", "knn_mixing"]
-        cols += [c for c in ("truth_mcc", "truth_factor_r2", "truth_batch_r2") if c in batch.columns]
-        means = means.join(batch.set_index("variant")[cols])
-    variants = means.reset_index().melt(id_vars="variant", var_name="metric")
-    variants.insert(0, "row", "mean")
-    variants.insert(0, "table", "per_variant")
-    out = pd.concat([genes, variants], ignore_index=True)
-    out["value"] = out["value"].astype(float)
-    return out[["table", "row", "variant", "metric", "value"]]

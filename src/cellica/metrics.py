@@ -29,40 +29,58 @@ def hoyer_sparsity(v: np.ndarray) -> float:
 def biological_variation(x_pert: np.ndarray, x_ctrl: np.ndarray) -> np.ndarray:
     """Per feature: squared difference of means, perturbed vs controls, over the controls' variance.
 
-    A standardised effect size squared (Cohen's d^2 with the control spread),
-    so features on different scales are comparable.
+    ``(mean(x_pert) - mean(x_ctrl))**2 / var(x_ctrl)`` (population variance of the
+    controls, not a pooled one): a standardised effect size squared (Cohen's d^2
+    with the control spread), so features on different scales are comparable.
     """
     diff = np.asarray(x_pert, np.float64).mean(axis=0) - np.asarray(x_ctrl, np.float64).mean(axis=0)
     var = np.asarray(x_ctrl, np.float64).var(axis=0)
     return diff**2 / np.maximum(var, 1e-12)
 
 
-def rank_features(importance: np.ndarray, tie_break: np.ndarray) -> np.ndarray:
-    """Feature order, most important first; ties (e.g. the many zero importances of a
-    LightGBM model) are broken by ``tie_break`` (larger first), then by index."""
-    importance = np.asarray(importance, np.float64)
-    tie_break = np.asarray(tie_break, np.float64)
-    return np.lexsort((np.arange(importance.size), -tie_break, -importance))
+def top_weights(importance: np.ndarray, top_fraction: float = TOP_FRACTION) -> np.ndarray:
+    """Each feature's probability of being among the top ``ceil(top_fraction * n)`` by importance.
+
+    Features strictly above the cut are in (weight 1), those below are out (0); the
+    features tied *at* the cut share the remaining places equally (weight r/m for r
+    places among m tied features). This is the expectation over random tie-breaking,
+    which matters for LightGBM: a classifier uses few features, so the cut usually
+    falls among the many zero importances.
+    """
+    imp = np.asarray(importance, np.float64).ravel()
+    n = imp.size
+    k = max(1, math.ceil(top_fraction * n))
+    if k >= n:
+        return np.ones(n)
+    cut = np.sort(imp)[::-1][k - 1]
+    above, tied = imp > cut, imp == cut
+    w = above.astype(np.float64)
+    w[tied] = (k - above.sum()) / tied.sum()
+    return w
 
 
-def concentration(order: np.ndarray, bio_heldout: np.ndarray, top_fraction: float = TOP_FRACTION) -> float:
+def concentration(importance: np.ndarray, bio_heldout: np.ndarray, top_fraction: float = TOP_FRACTION) -> float:
     """Concentration of biological variation in the top features, rescaled to [.., 1].
 
     ``S`` is the share of the held-out biological variation (``bio_heldout``, see
-    :func:`biological_variation`) carried by the first ``ceil(top_fraction * n)``
-    features of ``order`` (ranked on training data). The score is
-    ``(S - f) / (1 - f)`` with ``f`` the top fraction actually used, so a uniform
-    spread scores 0, everything in the top features scores 1, and less than
-    their share scores below 0. NaN when there is no variation at all.
+    :func:`biological_variation`) carried by the top ``k = ceil(top_fraction * n)``
+    features ranked by ``importance`` (the training fold's classifier), with ties at
+    the cut sharing it (:func:`top_weights`: the expected share over random
+    tie-breaking). The score is ``(S - f) / (1 - f)`` with ``f = k / n``, so a
+    uniform spread (or a classifier that used no feature) scores 0, everything in
+    the top features scores 1, and less than their share scores below 0. NaN when
+    there is no variation at all or fewer than 2 features.
     """
-    bio = np.asarray(bio_heldout, np.float64)
+    bio = np.asarray(bio_heldout, np.float64).ravel()
     n = bio.size
-    k = max(1, math.ceil(top_fraction * n))
     total = bio.sum()
     if n < 2 or total <= 0:
         return float("nan")
-    share = bio[np.asarray(order)[:k]].sum() / total
-    f = k / n
+    w = top_weights(importance, top_fraction)
+    f = w.sum() / n
+    if f >= 1:
+        return float("nan")
+    share = float(w @ bio) / total
     return float((share - f) / (1 - f))
 
 

@@ -6,7 +6,8 @@ keys of that section and the options of the matching ``cellica`` command.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import numbers
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -65,6 +66,7 @@ class TransformParams:
 
     fit_on: str = "controls"
     fit_fraction: float = 0.5
+    standardize: str = "none"
     n_components: float | None = None
     eig_floor: float = 1e-6
     batch_correction: str = "center"
@@ -81,6 +83,14 @@ class TransformParams:
     harmony_theta: float = 2.0
     harmony_max_iter: int = 10
     seed: int = 0
+    rotation_seed: int | None = None
+
+    @property
+    def random_seed(self) -> int:
+        """Seed of the ICA start and subsample, the random rotation and Harmony: ``rotation_seed``
+        when set (``evaluate.seeds`` re-seeds these per evaluation seed), else ``seed``. The
+        split of the controls into fitting and held-back ones always follows ``seed``."""
+        return self.seed if self.rotation_seed is None else self.rotation_seed
 
     def validate(self) -> None:
         from cellica.errors import CellicaError
@@ -88,6 +98,7 @@ class TransformParams:
         choices = {
             "fit_on": ("controls", "all"),
             "batch_correction": ("none", "center", "center_scale"),
+            "standardize": ("none", "controls"),
             "batch_stage": ("before", "after"),
             "ica_backend": ("cellica", "sklearn", "picard"),
             "ica_fit_on": ("controls", "all"),
@@ -101,9 +112,17 @@ class TransformParams:
             raise CellicaError(f"transform: n_components must be > 0 (a count, or a variance fraction < 1), got {self.n_components}")
 
 
+BINNINGS = ("lightgbm", "controls")
+
+
 @dataclass
 class EvalParams:
-    """Per-gene classifiers and metrics (config section ``evaluate``)."""
+    """Per-gene classifiers and metrics (config section ``evaluate``).
+
+    The classifier defaults are the paper's Table 6 (``is_unbalance``, learning rate
+    0.05, 31 leaves, feature fraction 0.6, L1 5, L2 1) with LightGBM's own binning
+    of every training set (``binning: lightgbm``, ``max_bin`` 255).
+    """
 
     level: str = "tiles"
     split: str = "batch"
@@ -116,11 +135,36 @@ class EvalParams:
     reg_lambda: float = 1.0
     is_unbalance: bool = True
     min_data_in_leaf: int = 20
-    max_bin: int = 63
+    max_bin: int = 255
+    binning: str = "lightgbm"
     importance_type: str = "gain"
     top_fraction: float = 0.25
     min_samples: int = 4
     max_batch_samples: int = 5000
     map_null_size: int = 10000
     map_threshold: float = 0.05
-    seed: int = 0
+    seeds: list[int] = field(default_factory=lambda: [0])
+    n_boot: int = 2000
+
+    def validate(self) -> None:
+        """Refuse values the schema would refuse (for library callers)."""
+        from cellica.errors import CellicaError
+
+        if self.binning not in BINNINGS:
+            raise CellicaError(f"evaluate: binning must be one of {BINNINGS}, got {self.binning!r}")
+        seeds = list(self.seeds or [])
+        if not seeds:
+            raise CellicaError("evaluate: seeds is empty; give at least one seed, e.g. [0]")
+        if any(not isinstance(s, numbers.Integral) or isinstance(s, bool) for s in seeds):
+            raise CellicaError(f"evaluate: seeds must be integers, got {seeds}")
+        if len(set(seeds)) != len(seeds):
+            dup = sorted({s for s in seeds if seeds.count(s) > 1})
+            raise CellicaError(f"evaluate: seeds are repeated ({dup}); each seed must appear once")
+        if self.n_boot < 100:
+            raise CellicaError(f"evaluate: n_boot must be >= 100 for a 95% interval, got {self.n_boot}")
+
+    @property
+    def seed(self) -> int:
+        """The first seed: subsamples and permutation nulls that are not repeated per seed."""
+        return int(self.seeds[0])
+

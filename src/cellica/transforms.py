@@ -149,6 +149,7 @@ class Transform:
     variant: ClassVar[str] = "base"
     prefix: ClassVar[str] = ""
     transductive: ClassVar[bool] = False
+    seeded: ClassVar[bool] = False  # its result depends on TransformParams.random_seed
 
     def __init__(self, params: TransformParams | None = None):
         self.params = params or TransformParams()
@@ -168,7 +169,12 @@ class Transform:
         self._fitted = (list(map(str, adata.obs_names)), obs[FIT_COL].to_numpy())
         self.info["fit_controls"] = int(obs[FIT_COL].sum())
         self.info["held_back_controls"] = int((obs["is_control"] & ~obs[FIT_COL]).sum())
-        self._fit(x, obs, self._source(adata))
+        if p.fit_fraction >= 1.0:
+            log.warning("fit_fraction 1.0: every control fits the transform, so the evaluation will reuse them "
+                        "(it compares perturbations with the controls the transform was fit on: leakage)")
+        if p.standardize == "controls":
+            self._fit_standardize(x, obs, self._source(adata))
+        self._fit(self._standardize(x), obs, self._source(adata))
         self.info["fit_seconds"] = round(time.perf_counter() - t0, 3)
         self.info["fit_samples"] = int(adata.n_obs)
         return self
@@ -192,7 +198,7 @@ class Transform:
             obs[FIT_COL] = fitted[1]
         elif FIT_COL not in obs:  # new data: its own controls give the per-batch statistics
             obs[FIT_COL] = obs["is_control"].to_numpy(dtype=bool)
-        y = self._apply(np.asarray(adata.X, dtype=np.float64), obs, source)
+        y = self._apply(self._standardize(np.asarray(adata.X, dtype=np.float64)), obs, source)
         var = self.out_names(y.shape[1])
         uns = dict(adata.uns)
         uns["transform"] = {"variant": self.variant, "params": asdict(self.params), "diagnostics": self.info,
@@ -233,6 +239,21 @@ class Transform:
         obj = make_transform(meta["variant"], TransformParams(**meta["params"]))
         obj.arrays, obj.info, obj.in_features = arrays, meta["info"], meta["in_features"]
         return obj
+
+    def _fit_standardize(self, x: np.ndarray, obs: pd.DataFrame, source: str) -> None:
+        """One global z-score on all fitting controls at once (no per-batch statistics)."""
+        ctrl = controls_mask(obs)
+        if ctrl.sum() < 2:
+            raise CellicaError(f"{source}: standardize: controls needs >= 2 fitting controls, got {int(ctrl.sum())}")
+        sd = x[ctrl].std(axis=0)
+        self.arrays["standardize_mean"] = x[ctrl].mean(axis=0)
+        self.arrays["standardize_scale"] = 1.0 / np.maximum(sd, 1e-6 * max(float(sd.max()), 1e-30))
+        log.info("%s: standardised every feature on all %d fitting controls at once", self.variant, int(ctrl.sum()))
+
+    def _standardize(self, x: np.ndarray) -> np.ndarray:
+        if "standardize_mean" not in self.arrays:
+            return x
+        return (x - self.arrays["standardize_mean"]) * self.arrays["standardize_scale"]
 
     # -- to override
     def _fit(self, x: np.ndarray, obs: pd.DataFrame, source: str) -> None:
@@ -331,6 +352,7 @@ class PCAICA(PCAWhitening):
     """PCA whitening, then the ICA rotation, fit where the whitening holds."""
 
     variant = "pca_ica"
+    seeded = True
     prefix = "IC"
 
     def _fit(self, x, obs, source):
@@ -342,7 +364,7 @@ class PCAICA(PCAWhitening):
             raise CellicaError(f"{source}: ICA on controls, but there are none")
         fit = z[rows]
         if p.ica_max_samples and fit.shape[0] > p.ica_max_samples:
-            pick = np.random.default_rng(p.seed).choice(fit.shape[0], p.ica_max_samples, replace=False)
+            pick = np.random.default_rng(p.random_seed).choice(fit.shape[0], p.ica_max_samples, replace=False)
             fit = fit[np.sort(pick)]
         # ICA needs centred, white input: re-whiten the fit set when the PCA whitening does not hold on it.
         fit = fit - fit.mean(axis=0)
@@ -355,7 +377,7 @@ class PCAICA(PCAWhitening):
                         p.ica_fit_on, fit.shape[0], err)
             fit = fit @ pre.T
         result = fit_rotation(fit.astype(np.float32), backend=p.ica_backend, max_iter=p.ica_max_iter,
-                              tol=p.ica_tol, seed=p.seed, device=p.ica_device)
+                              tol=p.ica_tol, seed=p.random_seed, device=p.ica_device)
         rot, canon = canonicalise(result.rotation, fit)
         self.arrays["unmixing"] = rot @ pre
         self.info["ica"] = {**result.diagnostics, "fit_on": p.ica_fit_on, "fit_rows": int(fit.shape[0]),
@@ -370,12 +392,13 @@ class PCARandom(PCAWhitening):
     """PCA whitening, then a seeded Haar-random rotation."""
 
     variant = "pca_rand"
+    seeded = True
     prefix = "RC"
 
     def _fit(self, x, obs, source):
         super()._fit(x, obs, source)
-        self.arrays["rotation"] = haar_rotation(len(self.arrays["scale"]), self.params.seed)
-        self.info["rotation_seed"] = self.params.seed
+        self.arrays["rotation"] = haar_rotation(len(self.arrays["scale"]), self.params.random_seed)
+        self.info["rotation_seed"] = self.params.random_seed
 
     def _apply(self, x, obs, source):
         return self._whiten(x, obs, source) @ self.arrays["rotation"].T
@@ -425,6 +448,7 @@ class Harmony(_Transductive):
     """Harmony on the control-PCA scores (harmonypy), batch from ``batch_key``."""
 
     variant = "harmony"
+    seeded = True
     prefix = "H"
 
     def _fit(self, x, obs, source):
@@ -438,7 +462,7 @@ class Harmony(_Transductive):
         if obs[p.batch_key].nunique() < 2:
             raise CellicaError(f"{source}: harmony needs at least two batches in {p.batch_key!r}")
         ho = harmonypy.run_harmony(scores, obs[[p.batch_key]].astype(str), [p.batch_key], theta=p.harmony_theta,
-                                   max_iter_harmony=p.harmony_max_iter, random_state=p.seed, verbose=False)
+                                   max_iter_harmony=p.harmony_max_iter, random_state=p.random_seed, verbose=False)
         z = np.asarray(ho.Z_corr)
         self._corrected = z if z.shape[0] == x.shape[0] else z.T
         self.info.update(n_components=int(scores.shape[1]), theta=p.harmony_theta,
@@ -465,6 +489,11 @@ class Combat(_Transductive):
 
 
 _CLASSES = {cls.variant: cls for cls in (Transform, PCAWhitening, PCAICA, PCARandom, Sphering, Harmony, Combat)}
+
+
+def seeded_variants() -> list[str]:
+    """Variants whose result depends on the random seed (re-fit per evaluation seed)."""
+    return [v for v, cls in _CLASSES.items() if cls.seeded]
 
 
 def make_transform(variant: str, params: TransformParams | None = None) -> Transform:

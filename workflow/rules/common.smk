@@ -7,6 +7,8 @@ import shlex
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from cellica.transforms import seeded_variants
+
 
 validate(config, schema="../schemas/config.schema.yaml")
 
@@ -22,6 +24,10 @@ N_SHARDS = config["embed"]["shards"]
 GPUS = config["compute"]["gpus"]
 VARIANTS = config["transform"]["variants"]
 FEATURES = f"{RESULTS}/features/{{variant}}.h5ad"
+# Evaluation seeds after the first re-fit the seeded variants (ICA start, random rotation).
+SEEDS = config["evaluate"]["seeds"]
+SEEDED = [v for v in VARIANTS if v in seeded_variants()]
+SEED_FEATURES = f"{RESULTS}/features/seeds/{{variant}}-{{seed}}"
 EVAL = f"{RESULTS}/eval"
 SUMMARY = f"{EVAL}/summary.parquet"
 N_CHUNKS = config["evaluate"]["chunks"]
@@ -74,9 +80,19 @@ def with_truth(inputs):
     return inputs
 
 
+def seed_features(variant):
+    """The features each evaluation seed classifies: one file for an unseeded variant, else the
+    main file for the first seed and a re-seeded transform for each further seed."""
+    if variant not in SEEDED:
+        return [FEATURES.format(variant=variant)]
+    return [FEATURES.format(variant=variant)] + [
+        SEED_FEATURES.format(variant=variant, seed=s) + ".h5ad" for s in SEEDS[1:]
+    ]
+
+
 def evaluate_inputs(wildcards):
-    """The variant's features, plus the simulated store for ground-truth alignment."""
-    return with_truth({"features": FEATURES.format(variant=wildcards.variant)})
+    """The variant's features (per seed), plus the simulated store for ground-truth alignment."""
+    return with_truth({"features": seed_features(wildcards.variant)})
 
 
 def batch_metrics_inputs(wildcards):

@@ -25,9 +25,9 @@ rule evaluate_chunk:
         n_chunks=N_CHUNKS,
         truth=lambda wildcards, input: f"--truth {input.tiles}" if "tiles" in input.keys() else "",
     shell:
-        "cellica evaluate --features {input.features} --out {output.per_gene}"
-        " --importances-out {output.importances} --chunk {wildcards.chunk}/{params.n_chunks}"
-        " --threads {threads} {params.truth} {params.args} 2> {log}"
+        "cellica evaluate --features {input.features:q} --out {output.per_gene:q}"
+        " --importances-out {output.importances:q} --chunk {wildcards.chunk}/{params.n_chunks}"
+        " --threads {threads} {params.truth} {params.args} 2> {log:q}"
 
 
 rule gather_eval:
@@ -98,6 +98,7 @@ rule summarize:
         runtime=10,
     params:
         config_hash=CONFIG_HASH,
+        args=cli_args(config["evaluate"], skip=("chunks",)),
     shell:
-        "cellica summarize --per-gene {input.per_gene} --batch {input.batch} --activity {input.activity}"
-        " --config-hash {params.config_hash} --out {output} 2> {log}"
+        "cellica summarize --per-gene {input.per_gene:q} --batch {input.batch:q} --activity {input.activity:q}"
+        " --config-hash {params.config_hash} {params.args} --out {output:q} 2> {log:q}"

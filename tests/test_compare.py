@@ -1,0 +1,122 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from cellica.compare import (
+    bootstrap_ci,
+    claims_table,
+    compare_variants,
+    gene_values,
+    holm,
+    summary_table,
+    wilcoxon_p,
+)
+from cellica.errors import CellicaError
+
+
+def test_bootstrap_ci_by_hand():
+    # Constant values: the interval collapses on the mean.
+    assert bootstrap_ci([2.0, 2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)
+    mean, lo, hi = bootstrap_ci(np.arange(100.0), n_boot=4000, seed=1)
+    # Mean 49.5; the standard error is 29.0 / sqrt(100) = 2.9, so the 95% interval is about +-5.7.
+    assert mean == pytest.approx(49.5) and lo == pytest.approx(49.5 - 5.7, abs=0.8) and hi == pytest.approx(49.5 + 5.7, abs=0.8)
+    assert bootstrap_ci([1.0, 2.0, 3.0, np.nan])[0] == pytest.approx(2.0)  # NaN dropped
+    with pytest.raises(CellicaError, match=r"needs >= 3 genes with a value, got 2"):
+        bootstrap_ci([1.0, 2.0, np.nan])
+
+
+def test_wilcoxon_and_holm_by_hand():
+    # Five positive differences, no ties: exact two-sided p = 2 / 2**5.
+    assert wilcoxon_p([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(2 / 32)
+    assert wilcoxon_p([0.0, 0.0, 0.0]) == 1.0
+    # Holm: sorted p (0.01, 0.02, 0.04) x (3, 2, 1) = 0.03, 0.04, 0.04 (monotone); NaN stays.
+    np.testing.assert_allclose(holm([0.04, 0.01, np.nan, 0.02]), [0.04, 0.03, np.nan, 0.04])
+    assert holm([0.9, 0.8])[0] == 1.0  # capped at 1
+
+
+def _per_gene(values: dict[str, list[float]], metric="auroc_mean", seeds=(0,), n_features=None, split="batch"):
+    rows = []
+    for variant, vals in values.items():
+        for seed in seeds:
+            for i, v in enumerate(vals):
+                rows.append({"variant": variant, "gene": f"G{i}", "seed": seed, "skipped": "", "split": split,
+                             "no_split": False, "n_features": (n_features or {}).get(variant, 16),
+                             "auroc_mean": np.nan, "auroc_within": np.nan, "sparsity": np.nan,
+                             "concentration": np.nan, metric: v + 0.001 * seed})
+    return pd.DataFrame(rows)
+
+
+def test_paired_comparison_and_claim_verdicts():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.5, 0.7, 30)
+    pg = _per_gene({"base": base, "pca": base + 0.05, "pca_rand": base + 0.02, "pca_ica": base + 0.10 + rng.normal(0, 0.01, 30)})
+    values = gene_values(pg)
+    comps = compare_variants(values, {}, n_boot=1000, seed=0)
+    row = comps.set_index(["metric", "variant", "other"]).loc[("auroc_heldout", "pca_ica", "pca")]
+    assert row["value"] == pytest.approx(0.05, abs=0.01) and row["ci_low"] > 0 and row["verdict"] == "higher"
+    assert row["n"] == 30 and row["p_holm"] < 0.05
+    claims = claims_table(comps).set_index("claim")
+    auroc = claims.loc[[c for c in claims.index if c.startswith("AUROC")][0]]
+    assert auroc["verdict"] == "holds" and "pca_ica - pca = +0.05" in auroc["detail"]
+    # Sparsity was not measured: not tested, never a silent pass.
+    assert claims.loc[[c for c in claims.index if c.startswith("Sparsity")][0], "verdict"] == "not tested"
+
+
+def test_claim_fails_when_the_order_is_reversed_and_is_inconclusive_in_noise():
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0.5, 0.7, 25)
+    worse = _per_gene({"base": base, "pca": base + 0.05, "pca_rand": base + 0.01, "pca_ica": base})
+    claims = claims_table(compare_variants(gene_values(worse), {}, 1000, 0)).set_index("claim")
+    assert claims.iloc[0]["verdict"] == "fails"
+    noise = _per_gene({v: base + rng.normal(0, 0.05, 25) for v in ("base", "pca", "pca_rand", "pca_ica")})
+    claims = claims_table(compare_variants(gene_values(noise), {}, 1000, 0)).set_index("claim")
+    assert claims.iloc[0]["verdict"] == "inconclusive"
+
+
+def test_sparsity_is_not_compared_across_feature_counts_and_random_splits_stay_apart():
+    vals = {"base": [0.1, 0.2, 0.3, 0.4], "pca": [0.5, 0.6, 0.7, 0.8]}
+    pg = _per_gene(vals, metric="sparsity", n_features={"base": 192, "pca": 16})
+    comps = compare_variants(gene_values(pg), {"base": 192, "pca": 16}, 500, 0).set_index(["metric", "variant", "other"])
+    assert "not comparable: pca has 16 features, base 192" in comps.loc[("sparsity", "pca", "base"), "detail"]
+    assert comps.loc[("sparsity", "pca", "base"), "verdict"] == "not tested"
+    rand = _per_gene({"base": [0.6, 0.7, 0.8]}, split="random")
+    v = gene_values(rand)
+    assert set(v["metric"]) >= {"auroc_random_split"} and "auroc_heldout" not in set(v["metric"])
+
+
+def test_seed_noise_is_measured_apart_from_gene_noise():
+    base = np.linspace(0.5, 0.7, 10)
+    pg = _per_gene({"pca": base + 0.05, "pca_ica": base + 0.1}, seeds=(0, 1, 2))
+    # Seeds shift every gene of pca_ica by 0.001 * seed as well as pca's: the difference has no seed noise.
+    comps = compare_variants(gene_values(pg), {}, 500, 0).set_index(["metric", "variant", "other"])
+    row = comps.loc[("auroc_heldout", "pca_ica", "pca")]
+    assert row["n_seeds"] == 3 and row["seeds_positive"] == 3 and row["seed_sd"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_summary_with_fewer_than_three_genes_says_so():
+    pg = _per_gene({"pca": [0.6, 0.7], "pca_ica": [0.7, 0.8]})
+    batch = pd.DataFrame(columns=["variant"])
+    table = summary_table(pg, batch, pd.DataFrame(), n_boot=200)
+    mean = table[(table.table == "per_variant") & (table.metric == "auroc_heldout")]
+    assert mean["ci_low"].isna().all() and mean["detail"].str.contains("needs >= 3 genes with a value, got 2").all()
+    claims = table[table.table == "claim"]
+    assert (claims["verdict"] != "holds").all()
+    assert set(table.columns) >= {"ci_low", "ci_high", "p_holm", "verdict", "seed_sd"}
+    counts = table[(table.table == "per_variant") & (table.row == "count")].pivot(index="metric", columns="variant",
+                                                                                   values="value")
+    assert counts.loc["n_genes_heldout", "pca"] == 2 and counts.loc["n_genes_random_split", "pca"] == 0
+
+
+def test_batch_claim_uses_the_intervals():
+    batch = pd.DataFrame([
+        {"variant": "base", "batch_accuracy": 0.95, "batch_accuracy_ci_low": 0.93, "batch_accuracy_ci_high": 0.97,
+         "batch_accuracy_lgbm": 0.9, "batch_accuracy_lgbm_ci_low": 0.88, "batch_accuracy_lgbm_ci_high": 0.92,
+         "chance_accuracy": 0.25},
+        {"variant": "pca_ica", "batch_accuracy": 0.4, "batch_accuracy_ci_low": 0.36, "batch_accuracy_ci_high": 0.44,
+         "batch_accuracy_lgbm": 0.5, "batch_accuracy_lgbm_ci_low": 0.45, "batch_accuracy_lgbm_ci_high": 0.55,
+         "chance_accuracy": 0.25}])
+    comps = compare_variants(gene_values(_per_gene({"base": [0.5, 0.6, 0.7]})), {}, 200, 0)
+    claim = claims_table(comps, batch).iloc[-1]
+    assert claim["verdict"] == "holds" and "chance 0.250" in claim["detail"]
+    batch.loc[1, "batch_accuracy_lgbm_ci_high"] = 0.89  # overlaps base's [0.88, 0.92]
+    assert claims_table(comps, batch).iloc[-1]["verdict"] == "inconclusive"
