@@ -70,3 +70,29 @@ def test_real_bbbc021_profiles(tmp_path):
     assert adata.obs["batch"].nunique() == 5
     assert int(adata.obs["is_control"].sum()) == 36 * 5
     assert "Metadata_MoA" in adata.obs and "n_images" in adata.obs
+
+
+def test_id_column_is_metadata_even_when_numeric(tmp_path):
+    path = tmp_path / "p.csv"
+    _table().assign(tile_id=[10, 11, 12, 13]).to_csv(path, index=False)
+    params = FeatureTableParams(**{**PARAMS.__dict__, "id_column": "tile_id"})
+    adata = import_features(path, params=params)
+    assert adata.var_names.tolist() == ["Cells_Area", "Nuclei_Intensity"]
+    assert adata.obs_names.tolist() == ["10", "11", "12", "13"]
+
+
+def test_tiles_of_several_perturbations_per_well_aggregate_by_well_and_perturbation():
+    import anndata as ad
+
+    from cellica.adata import aggregate_wells
+
+    # A pooled well: two genes (and their guides) in W1, tiles from two sites.
+    obs = pd.DataFrame({"plate": "P1", "well": ["W1"] * 4 + ["W2"] * 2, "batch": "B1",
+                        "perturbation": ["g1", "g1", "g2", "g2", "ctrl", "ctrl"],
+                        "is_control": [False] * 4 + [True] * 2, "guide": ["g1a", "g1b", "g2a", "g2a", "c", "c"],
+                        "site": [1, 2, 1, 2, 1, 2]}, index=[f"t{i}" for i in range(6)])
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    wells = aggregate_wells(ad.AnnData(x, obs=obs))
+    assert wells.obs_names.tolist() == ["B1/P1/W1/g1", "B1/P1/W1/g2", "B1/P1/W2/ctrl"]
+    np.testing.assert_allclose(wells.X, [[1, 2], [5, 6], [9, 10]])
+    assert wells.obs["is_control"].tolist() == [False, False, True] and wells.obs["n_tiles"].tolist() == [2, 2, 2]

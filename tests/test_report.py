@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cellica.compare import summary_table
 from cellica.errors import CellicaError
-from cellica.evaluate import batch_metrics, evaluate_genes, phenotypic_activity, summary_table
+from cellica.evaluate import batch_metrics, evaluate_genes, phenotypic_activity
 from cellica.params import EvalParams
 from cellica.report import ReportBuilder, ReportInputs, build_report
 

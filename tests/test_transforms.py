@@ -250,3 +250,34 @@ def test_contrast_and_gradient_of_our_ica_by_hand():
     eps = 1e-2
     numeric = (contrast(eps) - contrast(-eps)) / (2 * eps)
     assert numeric == pytest.approx(_skew_dot(e, grad), rel=1e-2, abs=1e-5)
+
+
+def test_batch_correction_none_from_the_command_line_and_global_standardisation(tmp_path):
+    from cellica.cli import main
+
+    data, _ = screen()
+    data.write_h5ad(tmp_path / "in.h5ad")
+    # "none" is the word none for batch_correction (not null): one global fit.
+    assert main(["transform", "--variant", "pca", "--input", str(tmp_path / "in.h5ad"), "--out",
+                 str(tmp_path / "out.h5ad"), "--batch-correction", "none"]) == 0
+    out = ad.read_h5ad(tmp_path / "out.h5ad")
+    assert out.uns["transform"]["params"]["batch_correction"] == "none"
+    # standardize: controls z-scores every feature once on all fitting controls (base included).
+    base = make_transform("base", TransformParams(standardize="controls")).fit_transform(data)
+    fit = fitc(base)
+    np.testing.assert_allclose(np.asarray(base.X)[fit].mean(axis=0), 0, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(base.X)[fit].std(axis=0), 1, atol=1e-4)
+    with pytest.raises(CellicaError, match="standardize must be one of"):
+        make_transform("base", TransformParams(standardize="plate"))
+
+
+def test_fit_fraction_one_warns_and_evaluation_reuses_the_controls(caplog):
+    from cellica.evaluate import prepare
+    from cellica.params import EvalParams
+
+    data, _ = screen()
+    out = make_transform("pca", TransformParams(fit_fraction=1.0)).fit_transform(data)
+    assert "fit_fraction 1.0" in caplog.text
+    kept = prepare(out, EvalParams())
+    assert int(kept.obs["is_control"].sum()) == int(data.obs["is_control"].sum())
+    assert "REUSES these" in caplog.text

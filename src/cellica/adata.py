@@ -111,11 +111,19 @@ def read_h5ad(path: str | os.PathLike):
 
 
 def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):
-    """Mean embedding per well; ``obs`` keeps columns constant within each well plus ``n_tiles``."""
+    """Mean embedding per well; ``obs`` keeps columns constant within each well plus ``n_tiles``.
+
+    A well that holds several perturbations (pooled screens) is split by perturbation
+    (and control status): one profile per well and perturbation, named ``batch/plate/well/perturbation``.
+    """
     obs = adata.obs
     missing = [k for k in keys if k not in obs.columns]
     if missing:
         raise CellicaError(f"aggregate_wells: missing column(s) {missing}")
+    extra = [k for k in ("perturbation", "is_control") if k in obs.columns and k not in keys]
+    if extra and (obs.groupby(list(keys), observed=True)[extra].nunique(dropna=False) > 1).any().any():
+        keys = (*keys, *extra)
+        log.info("aggregate_wells: wells hold several perturbations: one profile per well and perturbation")
     codes = obs.groupby(list(keys), sort=False, observed=True).ngroup().to_numpy()
     n_groups = int(codes.max()) + 1 if codes.size else 0
     sums = np.zeros((n_groups, adata.n_vars), np.float64)
@@ -125,7 +133,8 @@ def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):
                 if (obs.groupby(codes, observed=True)[c].nunique(dropna=False) <= 1).all()]
     well_obs = obs[constant].groupby(codes, observed=True).first()
     well_obs["n_tiles"] = counts
-    well_obs.index = pd.Index(["/".join(map(str, row)) for row in well_obs[list(keys)].itertuples(index=False)], dtype=str)
+    name_keys = [k for k in keys if k != "is_control"]
+    well_obs.index = pd.Index(["/".join(map(str, row)) for row in well_obs[name_keys].itertuples(index=False)], dtype=str)
     uns = {"provenance": {**adata.uns.get("provenance", {}), "aggregated": {"level": "well", "keys": list(keys)}}}
     return make_adata((sums / counts[:, None]).astype(np.float32), well_obs, list(adata.var_names), uns,
                       "well aggregation")

@@ -98,10 +98,11 @@ def _cmd_evaluate(ns: argparse.Namespace) -> None:
     variant = ns.variant or adatas[0].uns.get("transform", {}).get("variant", "features")
     truth = None
     if ns.truth:
-        from cellica.tilestore import TileStore
+        from cellica.recovery import read_truth
 
-        store = TileStore.open(ns.truth)
-        truth = store.ground_truth("latents"), store.ground_truth("effects")
+        gt = read_truth(ns.truth)
+        if gt["effects"] is not None:  # which factors each gene moves: only simulated stores know
+            truth = gt["latents"], gt["effects"]
     per_gene, imps = evaluate_genes(adatas if len(adatas) > 1 else adatas[0], params, ns.chunk, variant,
                                     threads=ns.threads, truth=truth)
     write_parquet(per_gene, ns.out)
@@ -124,38 +125,26 @@ def _cmd_gather_eval(ns: argparse.Namespace) -> None:
 
 
 def _cmd_batch_metrics(ns: argparse.Namespace) -> None:
-    import pandas as pd
-
     from cellica.adata import read_h5ad
     from cellica.atomic import write_parquet
     from cellica.cli_params import dataclass_from_args
-    from cellica.evaluate import batch_metrics, phenotypic_activity
+    from cellica.evaluate import variant_metrics
     from cellica.params import EvalParams
 
     params = dataclass_from_args(EvalParams, ns)
     truth = None
     if ns.truth:
-        from cellica.tilestore import TileStore
+        from cellica.recovery import read_truth
 
-        store = TileStore.open(ns.truth)
-        truth = store.ground_truth("latents"), store.ground_truth("batches")
-    rows, activity = [], []
+        gt = read_truth(ns.truth)
+        truth = gt["latents"], gt["batches"]
+    features = {}
     for path in ns.features:
         adata = read_h5ad(path)
-        variant = adata.uns.get("transform", {}).get("variant", path)
-        rows.append(batch_metrics(adata, variant, params))
-        if truth is not None:
-            from cellica.recovery import truth_recovery
-
-            rows[-1].update(truth_recovery(adata, *truth, seed=params.seed))
-            log.info("%s: ground truth MCC %.3f, factor probe R2 %.3f, batch-parameter probe R2 %.3f", variant,
-                     rows[-1]["truth_mcc"], rows[-1]["truth_factor_r2"], rows[-1]["truth_batch_r2"])
-        activity.append(phenotypic_activity(adata, variant, params))
-        log.info("%s: batch accuracy %.3f (chance %.3f), silhouette %.3f, kNN mixing %.3f; %d of %d active",
-                 variant, rows[-1]["batch_accuracy"], rows[-1]["chance_accuracy"], rows[-1]["silhouette"],
-                 rows[-1]["knn_mixing"], int(activity[-1]["significant"].sum()), len(activity[-1]))
-    write_parquet(pd.DataFrame(rows), ns.out)
-    write_parquet(pd.concat(activity, ignore_index=True), ns.activity_out)
+        features[adata.uns.get("transform", {}).get("variant", path)] = adata
+    batch, activity = variant_metrics(features, params, truth)
+    write_parquet(batch, ns.out)
+    write_parquet(activity, ns.activity_out)
 
 
 def _cmd_summarize(ns: argparse.Namespace) -> None:
@@ -195,6 +184,7 @@ def _cmd_report(ns: argparse.Namespace) -> None:
         config=Path(ns.config) if ns.config else None,
         config_hash=ns.config_hash,
         alignment=Path(ns.alignment) if ns.alignment else None,
+        entity=ns.entity,
     )
     build_report(inputs, ns.out, genes=ns.gene)
 
@@ -310,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--importances-out", required=True, help="feature importances (*.parquet)")
     p.add_argument("--variant", default=None, help="name in the tables (default: from the file)")
     p.add_argument("--chunk", default=None, help="i/n: only every n-th gene from the i-th (0-based)")
-    p.add_argument("--truth", default=None, help="simulated tile store: add ground-truth alignment columns")
+    p.add_argument("--truth", default=None, help="simulated tile store: add ground-truth alignment columns "
+                   "(a table of true factors has no per-gene effects: no alignment columns)")
     p.add_argument("--threads", type=int, default=1, help="genes fitted in parallel (one thread each)")
     add_dataclass_args(p, EvalParams)
     p.set_defaults(func=_cmd_evaluate)
@@ -327,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="batch metrics (*.parquet)")
     p.add_argument("--activity-out", required=True, help="mAP per perturbation (*.parquet)")
     p.add_argument("--truth", default=None,
-                   help="simulated tile store: add ground-truth recovery (MCC, factor and batch probe R2)")
+                   help="simulated tile store, or a table of true factors keyed by sample_id: add ground-truth "
+                   "recovery (MCC, factor and batch probe R2, InfoM/InfoE/InfoC)")
     add_dataclass_args(p, EvalParams)
     p.set_defaults(func=_cmd_batch_metrics)
 
@@ -364,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-hash", default="")
     p.add_argument("--alignment", default=None, help="stability/alignment.parquet (cellica align between MAE seeds)")
     p.add_argument("--gene", nargs="*", default=None, help="only these genes' pages (default: all)")
+    p.add_argument("--entity", default="gene", help="what the perturbations are called on the pages "
+                   "(gene, compound, MoA, perturbation, ...)")
     p.add_argument("--out", required=True, help="report folder (index.html, genes/)")
     p.set_defaults(func=_cmd_report)
 

@@ -21,6 +21,7 @@ Statistics (documented in the README, "Uncertainty and claims"):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -169,7 +170,7 @@ def compare_variants(values: pd.DataFrame, n_features: dict[str, int], n_boot: i
         for a, b in pairs:
             row = {"metric": metric, "variant": a, "other": b, "row": f"{a} - {b}", "n": 0, "value": np.nan,
                    "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan, "seed_sd": np.nan,
-                   "seeds_positive": 0, "n_seeds": 0, "detail": ""}
+                   "seeds_positive": 0, "n_seeds": 0, "by_seed": "{}", "detail": ""}
             if a not in present or b not in present:
                 row["detail"] = f"not run: variant {a if a not in present else b} is not in the results"
             elif metric == "sparsity" and n_features.get(a) != n_features.get(b):
@@ -193,7 +194,8 @@ def _paired(m: pd.DataFrame, a: str, b: str, n_boot: int, seed: int) -> dict:
     per_gene = diff.groupby("gene")["d"].mean()
     by_seed = diff.groupby("seed")["d"].mean()
     out = {"n": int(per_gene.size), "seed_sd": _seed_sd(by_seed), "seeds_positive": int((by_seed > 0).sum()),
-           "n_seeds": int(by_seed.size), "p_value": wilcoxon_p(per_gene)}
+           "n_seeds": int(by_seed.size), "p_value": wilcoxon_p(per_gene),
+           "by_seed": json.dumps({str(k): float(v) for k, v in by_seed.items()})}
     try:
         out["value"], out["ci_low"], out["ci_high"] = bootstrap_ci(per_gene, n_boot, seed)
     except CellicaError as exc:
@@ -216,7 +218,7 @@ def claims_table(comparisons: pd.DataFrame, batch: pd.DataFrame | None = None) -
     idx = comparisons.set_index(["metric", "variant", "other"])
     rows = []
     for claim in CLAIMS:
-        parts, verdicts, seeds_ok = [], [], None
+        parts, verdicts, per_seed = [], [], []
         for metric, better, worse in claim.parts:
             if (metric, better, worse) not in idx.index:
                 verdicts.append("not tested")
@@ -225,9 +227,8 @@ def claims_table(comparisons: pd.DataFrame, batch: pd.DataFrame | None = None) -
             r = idx.loc[(metric, better, worse)]
             verdicts.append(r["verdict"])
             parts.append(_part_text(better, worse, r))
-            if r["n_seeds"]:
-                positive = r["seeds_positive"]
-                seeds_ok = positive if seeds_ok is None else min(seeds_ok, positive)
+            if r["verdict"] != "not tested":
+                per_seed.append(json.loads(r["by_seed"]))
         tested = [v for v in verdicts if v != "not tested"]
         if any(v == "lower" for v in tested):
             verdict = "fails"
@@ -237,12 +238,18 @@ def claims_table(comparisons: pd.DataFrame, batch: pd.DataFrame | None = None) -
             verdict = "inconclusive"
         else:
             verdict = "not tested"
-        n_seeds = int(comparisons["n_seeds"].max()) if len(comparisons) else 0
-        seeds = f"; point estimates the claimed way in at least {seeds_ok} of {n_seeds} seed(s) per part" \
-            if seeds_ok is not None else ""
-        rows.append({"claim": claim.name, "verdict": verdict, "detail": "; ".join(parts) + seeds})
+        rows.append({"claim": claim.name, "verdict": verdict, "detail": "; ".join(parts) + _seed_text(per_seed)})
     rows.append(_batch_claim(batch))
     return pd.DataFrame(rows)
+
+
+def _seed_text(per_seed: list[dict[str, float]]) -> str:
+    """In how many seeds every tested part's point estimate goes the claimed way."""
+    seeds = set.intersection(*(set(d) for d in per_seed)) if per_seed else set()
+    if not seeds:
+        return ""
+    ok = sum(all(d[s] > 0 for d in per_seed) for s in seeds)
+    return f"; every tested part's point estimate the claimed way in {ok} of {len(seeds)} seed(s)"
 
 
 def _part_text(better: str, worse: str, r) -> str:

@@ -84,8 +84,8 @@ def import_features(path: str | os.PathLike, out: str | os.PathLike | None = Non
         meta = pd.DataFrame({ours: table[theirs] for ours, theirs in p.column_map.items()})
         regex = re.compile(p.metadata_regex) if p.metadata_regex else None
         mapped = set(p.column_map.values())
-        is_meta = [c in mapped or c in p.extra_metadata or c in OBS_REQUIRED or (regex is not None and bool(regex.search(c)))
-                   for c in table.columns]
+        declared = {*mapped, *p.extra_metadata, *OBS_REQUIRED, *([p.id_column] if p.id_column else [])}
+        is_meta = [c in declared or (regex is not None and bool(regex.search(c))) for c in table.columns]
         feature_cols = [c for c, m in zip(table.columns, is_meta, strict=True) if not m]
         other_meta = [c for c, m in zip(table.columns, is_meta, strict=True) if m and c not in meta.columns]
         for c in other_meta:

@@ -273,8 +273,11 @@ def fit_rotation(
     if backend == "cellica":
         import torch
 
-        # Small problems are dominated by per-call overhead, where one thread is fastest.
-        threads_used = 1 if n * d < 2_000_000 else torch.get_num_threads()
+        from cellica.threads import NUMERIC_THREADS
+
+        # Small problems are dominated by per-call overhead, where one thread is fastest; large
+        # ones use a fixed count (not the machine's), so the result does not depend on it.
+        threads_used = 1 if n * d < 2_000_000 else NUMERIC_THREADS
         saved_threads = torch.get_num_threads()
         torch.set_num_threads(threads_used)
         # Coarse-to-fine: most iterations on a seeded subsample, the rest on all rows.

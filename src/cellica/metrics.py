@@ -80,6 +80,8 @@ def concentration(importance: np.ndarray, bio_heldout: np.ndarray, top_fraction:
     f = w.sum() / n
     if f >= 1:
         return float("nan")
+    if np.all(w == w[0]):  # every feature tied (no feature used): exactly the uniform share
+        return 0.0
     share = float(w @ bio) / total
     return float((share - f) / (1 - f))
 

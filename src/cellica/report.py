@@ -23,29 +23,41 @@ import pandas as pd
 from cellica import __version__
 from cellica.atomic import atomic_output
 from cellica.errors import CellicaError
+from cellica.evaluate import mean_roc
 from cellica.logs import get_logger
 from cellica.names import safe_filename
-from cellica.svg import bar_chart, line_chart, scatter
+from cellica.svg import PALETTE, bar_chart, line_chart, number, scatter
 
 log = get_logger("report")
 
 VARIANT_ORDER = ["base", "pca", "pca_ica", "pca_rand", "sphering", "harmony", "combat"]
-# Per-variant metrics: (label, higher is better?)
+# Per-variant metrics: (label, higher is better? None: no direction). Means over genes carry
+# a 95% bootstrap interval; the batch classifiers one over controls.
 VARIANT_METRICS = {
-    "auroc_mean": ("AUROC, held-out batches", True),
+    "auroc_heldout": ("AUROC, held-out batches ({entity}s evaluated on held-out batches)", True),
+    "auroc_random_split": ("AUROC, random split ({entity}s seen in one batch only)", True),
     "auroc_within": ("AUROC, within batch (random split)", True),
     "sparsity": ("Hoyer sparsity of importances", True),
     "concentration": ("Concentration in top 25%", True),
     "map_mean": ("mAP vs controls", True),
     "active_fraction": ("Fraction of perturbations active (FDR 5%)", True),
-    "batch_accuracy": ("Batch classifier balanced accuracy (controls)", False),
+    "batch_accuracy": ("Batch classifier balanced accuracy, logistic (controls)", False),
+    "batch_accuracy_lgbm": ("Batch classifier balanced accuracy, LightGBM (controls)", False),
     "chance_accuracy": ("... chance level", None),
     "silhouette": ("Batch silhouette (controls)", False),
     "knn_mixing": ("kNN batch mixing (1 = mixed)", True),
     "truth_mcc": ("Ground truth: MCC features vs true factors", True),
     "truth_factor_r2": ("Ground truth: factor probe R^2", True),
-    "truth_batch_r2": ("Ground truth: batch-parameter probe R^2", False),
+    "truth_batch_r2": ("Ground truth: batch-parameter probe R^2 (technical signal left)", False),
 }
+COUNT_METRICS = {
+    "n_genes": "{entity}s evaluated", "n_genes_heldout": "... on held-out batches",
+    "n_genes_random_split": "... on a random split (one batch only)",
+    "n_genes_no_split": "... whose classifiers made no split (AUROC 0.5 by construction)",
+    "n_genes_skipped": "{entity}s skipped (too few samples)", "n_features": "features",
+}
+FEATURE_COLOR = "#555b6e"  # importance bars: features, not variants, so not a variant colour
+DIRECTION = {True: "higher is better", False: "lower is better", None: ""}
 
 
 @dataclass
@@ -61,6 +73,7 @@ class ReportInputs:
     config: Path | None = None
     config_hash: str = ""
     alignment: Path | None = None
+    entity: str = "gene"
 
 
 def _env():
@@ -85,7 +98,29 @@ def _png_uri(rgb: np.ndarray) -> str:
 def _fmt(v: Any) -> str:
     if v is None or (isinstance(v, float) and v != v):
         return "n/a"
-    return f"{v:.3f}" if isinstance(v, float | np.floating) else str(v)
+    if isinstance(v, bool | np.bool_):
+        return str(bool(v))
+    if isinstance(v, float | np.floating):
+        return number(float(v))
+    return str(v)
+
+
+def _with_ci(value: float, lo: float, hi: float) -> str:
+    text = _fmt(value)
+    return f"{text} [{_fmt(lo)}, {_fmt(hi)}]" if np.isfinite(lo) and np.isfinite(hi) else text
+
+
+def entity_label(source: str, column_map: dict[str, str] | None = None) -> str:
+    """What the perturbations are called on the pages: ``gene`` for simulated screens, the
+    mapped column's name for imported profiles (``Metadata_moa`` -> ``MoA``, ``compound``),
+    else ``perturbation``."""
+    if source == "simulate":
+        return "gene"
+    column = (column_map or {}).get("perturbation", "")
+    name = str(column).removeprefix("Metadata_").strip("_ ").lower()
+    if source != "features" or not name or name == "perturbation":
+        return "perturbation"
+    return {"moa": "MoA"}.get(name, name)
 
 
 def stage_times(bench_dir: Path | None) -> pd.DataFrame:
@@ -128,7 +163,11 @@ class ReportBuilder:
             if not Path(path).is_file():
                 raise CellicaError(f"report: {label} {path} does not exist (run the evaluate stage first)")
         self.summary = pd.read_parquet(inputs.summary)
-        self.per_gene = pd.concat([pd.read_parquet(p) for p in inputs.per_gene.values()], ignore_index=True)
+        per_gene = pd.concat([pd.read_parquet(p) for p in inputs.per_gene.values()], ignore_index=True)
+        # Pages show the first evaluation seed's classifiers; means, intervals and seed noise
+        # over all seeds are in the summary.
+        self.seeds = sorted(per_gene["seed"].unique()) if "seed" in per_gene else [0]
+        self.per_gene = per_gene[per_gene["seed"] == self.seeds[0]] if "seed" in per_gene else per_gene
         self.variants = _ordered(self.per_gene["variant"].unique())
         self.genes = sorted(self.per_gene["gene"].astype(str).unique())
         self.links = {g: f"genes/{safe_filename(g)}.html" for g in self.genes}
@@ -139,41 +178,82 @@ class ReportBuilder:
     # ------------------------------------------------------------------ index
     def index_context(self) -> dict[str, Any]:
         s = self.summary
-        pv = s[s["table"] == "per_variant"].pivot(index="metric", columns="variant", values="value")
-        pv = pv.reindex(columns=[v for v in self.variants if v in pv.columns])
-        metric_rows = []
-        for metric, (label, higher) in VARIANT_METRICS.items():
-            if metric not in pv.index:
-                continue
-            vals = pv.loc[metric]
-            best = None
-            if higher is not None and vals.notna().any():
-                best = vals.idxmax() if higher else vals.idxmin()
-            metric_rows.append({"metric": metric, "label": label, "best": best,
-                                "cells": [(v, _fmt(vals[v]), v == best) for v in pv.columns]})
+        entity = self.inp.entity
+        means = s[(s["table"] == "per_variant") & (s["row"] == "mean")].set_index(["metric", "variant"])
+        variants = [v for v in self.variants if v in set(s.loc[s["table"] == "per_variant", "variant"])]
+        counts = s[(s["table"] == "per_variant") & (s["row"] == "count")].pivot(index="metric", columns="variant",
+                                                                                values="value")
+        n_features = counts.loc["n_features"].to_dict() if "n_features" in counts.index else {}
+        ref = n_features.get("pca_ica", n_features.get("pca"))
+        metric_rows = [self._metric_row(metric, label.format(entity=entity), higher, means, variants, n_features, ref)
+                       for metric, (label, higher) in VARIANT_METRICS.items()
+                       if metric in means.index.get_level_values(0)]
+        count_rows = [{"label": label.format(entity=entity).capitalize(),
+                       "cells": [_fmt(int(counts.loc[m, v])) if v in counts.columns and counts.loc[m, v] == counts.loc[m, v]
+                                 else "n/a" for v in variants]}
+                      for m, label in COUNT_METRICS.items() if m in counts.index]
         auc = self.per_gene.pivot_table(index="gene", columns="variant", values="auroc_mean")
         sp = self.per_gene.pivot_table(index="gene", columns="variant", values="sparsity")
         meta = self.per_gene.drop_duplicates("gene").set_index("gene")
+        no_split = self.per_gene.groupby("gene")["no_split"].any() if "no_split" in self.per_gene else {}
         gene_rows = []
         for g in self.genes:
             a = [auc.loc[g, v] if g in auc.index and v in auc.columns else float("nan") for v in self.variants]
-            best = self.variants[int(np.nanargmax(a))] if np.isfinite(a).any() else None
+            top = np.nanmax(a) if np.isfinite(a).any() else np.nan
             gene_rows.append({
                 "gene": g, "link": self.links[g], "n": int(meta.loc[g, "n_samples"]), "batches": meta.loc[g, "batches"],
-                "skipped": meta.loc[g, "skipped"],
-                "auroc": [(_fmt(x), v == best) for x, v in zip(a, self.variants, strict=True)],
+                "skipped": meta.loc[g, "skipped"], "split": meta.loc[g].get("split", ""),
+                "no_split": bool(no_split.get(g, False)) if len(no_split) else False,
+                "auroc": [(_fmt(x), bool(np.isfinite(x) and x == top)) for x in a],
                 "sparsity": [_fmt(sp.loc[g, v] if g in sp.index and v in sp.columns else float("nan")) for v in self.variants],
             })
-        chart_metrics = [m for m in ("auroc_mean", "sparsity", "concentration") if m in pv.index]
-        charts = [bar_chart(list(pv.columns), [float(pv.loc[m, v]) for v in pv.columns], VARIANT_METRICS[m][0],
-                            vmin=0.0 if m != "auroc_mean" else 0.4, vmax=1.0 if m != "concentration" else max(0.5, float(np.nanmax(pv.loc[m]))))
-                  for m in chart_metrics]
-        return {"variants": list(pv.columns), "gene_variants": self.variants, "metric_rows": metric_rows,
-                "gene_rows": gene_rows, "charts": charts,
+        charts = [self._ci_chart(metric, means, variants) for metric in ("auroc_heldout", "sparsity", "concentration")
+                  if metric in means.index.get_level_values(0)]
+        return {"variants": variants, "gene_variants": self.variants, "metric_rows": metric_rows,
+                "count_rows": count_rows, "gene_rows": gene_rows, "charts": charts, "entity": entity,
+                "claims": s[s["table"] == "claim"][["row", "verdict", "detail"]].to_dict("records"),
+                "comparisons": self._comparisons(), "seeds": [int(x) for x in self.seeds],
                 "diagnostics": transform_diagnostics(self.inp.features) if self.inp.features else [],
                 "times": stage_times(self.inp.benchmarks).to_dict("records"),
                 "config_text": Path(self.inp.config).read_text() if self.inp.config and Path(self.inp.config).is_file() else "",
                 "prov": self.provenance, "n_genes": len(self.genes), "alignment": self._alignment()}
+
+    @staticmethod
+    def _metric_row(metric, label, higher, means, variants, n_features, ref) -> dict[str, Any]:
+        """One row of the per-variant table: value [95% CI], every best value in bold (ties
+        alike), sparsity of variants with another feature count marked not comparable."""
+        vals, cells = {}, []
+        for v in variants:
+            if (metric, v) not in means.index:
+                cells.append({"text": "n/a", "best": False, "title": ""})
+                continue
+            r = means.loc[(metric, v)]
+            comparable = not (metric == "sparsity" and ref is not None and n_features.get(v) != ref)
+            if comparable:
+                vals[v] = round(float(r["value"]), 3)
+            note = "" if comparable else f"not comparable: {int(n_features.get(v, 0))} features vs {int(ref)}"
+            cells.append({"text": _with_ci(r["value"], r["ci_low"], r["ci_high"]) + (" †" if note else ""),
+                          "best": v, "title": note or str(r.get("detail", ""))})
+        finite = [x for x in vals.values() if x == x]
+        best = (max(finite) if higher else min(finite)) if finite and higher is not None else None
+        for c in cells:
+            c["best"] = best is not None and c["best"] in vals and vals[c["best"]] == best
+        return {"metric": metric, "label": label, "direction": DIRECTION[higher], "cells": cells}
+
+    @staticmethod
+    def _ci_chart(metric, means, variants) -> str:
+        vs = [v for v in variants if (metric, v) in means.index]
+        vals = [float(means.loc[(metric, v), "value"]) for v in vs]
+        finite = [x for x in vals if x == x] or [1.0]
+        lo = 0.4 if metric == "auroc_heldout" else min(0.0, min(finite))
+        return bar_chart(vs, vals, VARIANT_METRICS[metric][0].split(" (")[0] + " (mean over genes)", vmin=lo,
+                         vmax=max(1.0 if metric != "concentration" else 0.5, max(finite)))
+
+    def _comparisons(self) -> list[dict[str, Any]]:
+        c = self.summary[self.summary["table"] == "comparison"]
+        return [{"metric": r.metric, "pair": r.row, "n": int(r.n), "diff": _with_ci(r.value, r.ci_low, r.ci_high),
+                 "p": _fmt(r.p_value), "p_holm": _fmt(r.p_holm), "seed_sd": _fmt(r.seed_sd), "verdict": r.verdict,
+                 "detail": r.detail} for r in c.itertuples()]
 
     def _alignment(self) -> dict[str, Any] | None:
         """The stability table (two MAE seeds aligned per class of map), when it was computed."""
@@ -256,14 +336,23 @@ class ReportBuilder:
         table = [{"variant": v, "auroc": _fmt(rows.loc[v].get("auroc_mean")), "sd": _fmt(rows.loc[v].get("auroc_sd")),
                   "within": _fmt(rows.loc[v].get("auroc_within")), "sparsity": _fmt(rows.loc[v].get("sparsity")),
                   "concentration": _fmt(rows.loc[v].get("concentration")), "folds": _fmt(rows.loc[v].get("n_folds")),
-                  "by_guide": rows.loc[v].get("auroc_by_guide", ""), "top": rows.loc[v].get("top_features", ""),
-                  "notes": rows.loc[v].get("notes", "")} for v in variants]
-        roc = {v: (json.loads(rows.loc[v]["roc_fpr"]), json.loads(rows.loc[v]["roc_tpr"]))
-               for v in variants if isinstance(rows.loc[v].get("roc_fpr"), str) and rows.loc[v]["roc_fpr"] != "[]"}
+                  "split": rows.loc[v].get("split", ""), "top": rows.loc[v].get("top_features", ""),
+                  "notes": "; ".join(x for x in (rows.loc[v].get("notes", ""), rows.loc[v].get("no_split_reason", ""))
+                                     if isinstance(x, str) and x)} for v in variants]
+        guides = self._guide_table(rows, variants)
+        curves = {v: json.loads(rows.loc[v]["roc_folds"]) for v in variants
+                  if isinstance(rows.loc[v].get("roc_folds"), str) and rows.loc[v]["roc_folds"] != "[]"}
+        mean_curves, folds = {}, []
+        for i, (v, cs) in enumerate(curves.items()):
+            fpr, tpr = mean_roc(cs)
+            if np.isfinite(tpr).all():
+                mean_curves[f"{v} ({_fmt(rows.loc[v].get('auroc_mean'))})"] = (fpr.tolist(), tpr.tolist())
+                folds += [(f, t, PALETTE[i % len(PALETTE)]) for f, t in cs if len(f) > 1]
         charts = {
             "auroc": bar_chart(variants, [float(rows.loc[v].get("auroc_mean", np.nan)) for v in variants],
                                "AUROC on held-out batches", vmin=0.4),
-            "roc": line_chart(roc, "ROC, held-out folds pooled") if roc else "",
+            "roc": line_chart(mean_curves, "ROC per fold (thin) and their vertical mean (bold)", background=folds)
+            if mean_curves else "",
         }
         importance = []
         for v in variants:
@@ -275,7 +364,8 @@ class ReportBuilder:
                     importance.append({"variant": v, "sparsity": _fmt(rows.loc[v].get("sparsity")),
                                        "concentration": _fmt(rows.loc[v].get("concentration")),
                                        "svg": bar_chart(top["feature"].astype(str).tolist(), norm.tolist(),
-                                                        f"{v}: top-20 importances (of {len(vals)}), max = 1", bar_h=12)})
+                                                        f"{v}: top-20 importances (of {len(vals)}), max = 1", bar_h=12,
+                                                        color=FEATURE_COLOR)})
         embeddings = []
         for v in variants:
             if v in features and gene in imps.get(v, {}):
@@ -297,11 +387,21 @@ class ReportBuilder:
                      "found": [{"variant": v, "factor": rows.loc[v].get("top_feature_factor", ""),
                                 "corr": _fmt(rows.loc[v].get("top_feature_factor_corr")),
                                 "hit": bool(rows.loc[v].get("top_feature_hits_truth", False))} for v in variants]}
-        return {"gene": gene, "table": table, "charts": charts, "importance": importance, "embeddings": embeddings,
+        return {"gene": gene, "table": table, "guides_table": guides, "entity": self.inp.entity,
+                "no_split": bool(rows["no_split"].any()) if "no_split" in rows else False,
+                "seed": int(self.seeds[0]), "n_seeds": len(self.seeds), "charts": charts, "importance": importance, "embeddings": embeddings,
                 "counts": counts, "guides": first.get("guides", ""), "batches": first.get("batches", ""),
                 "n_samples": int(first.get("n_samples", 0)), "skipped": first.get("skipped", ""),
                 "thumbs": self._thumbnails(store, gene) if store is not None else {}, "truth": truth,
                 "prov": self.provenance, "sources": {v: str(p) for v, p in self.inp.per_gene.items()}}
+
+    @staticmethod
+    def _guide_table(rows: pd.DataFrame, variants: list[str]) -> dict[str, Any]:
+        """AUROC per guide (columns) and variant (rows), from the per-gene table's JSON."""
+        per = {v: json.loads(rows.loc[v]["auroc_by_guide"]) for v in variants
+               if isinstance(rows.loc[v].get("auroc_by_guide"), str) and rows.loc[v]["auroc_by_guide"]}
+        guides = sorted({g for d in per.values() for g in d})
+        return {"guides": guides, "rows": [(v, [_fmt(per[v].get(g, float("nan"))) for g in guides]) for v in per]}
 
     def _embedding_plot(self, adata, imps: pd.DataFrame, gene: str, variant: str) -> str:
         """The gene vs (subsampled) controls on the two features its classifier used most."""

@@ -17,9 +17,14 @@ def _frame(width: int, height: int, body: str, title: str) -> str:
 
 
 def bar_chart(labels: list[str], values: list[float], title: str, vmin: float = 0.0, vmax: float = 1.0,
-              width: int = 420, bar_h: int = 18) -> str:
-    """Horizontal bars with value labels; NaN values are drawn as 'n/a'."""
-    left, pad = 110, 4
+              width: int = 420, bar_h: int = 18, color: str | None = None) -> str:
+    """Horizontal bars with value labels; NaN values are drawn as 'n/a'.
+
+    Each bar takes the palette colour of its position (variants), or ``color`` for all
+    (e.g. the features of one classifier, which are not variants).
+    """
+    left = max(60, min(220, 7 * max((len(str(lab)) for lab in labels), default=4) + 10))
+    pad = 4
     height = pad * 2 + bar_h * len(labels) + 16
     span = max(vmax - vmin, 1e-12)
     parts = []
@@ -28,30 +33,62 @@ def bar_chart(labels: list[str], values: list[float], title: str, vmin: float = 
         parts.append(f'<text x="{left - 4}" y="{y + bar_h * 0.7:.1f}" text-anchor="end" font-size="11">{escape(str(lab))}</text>')
         if val == val:  # not NaN
             w = max(0.0, min(1.0, (val - vmin) / span)) * (width - left - 50)
-            parts.append(f'<rect x="{left}" y="{y + 2}" width="{w:.1f}" height="{bar_h - 4}" fill="{PALETTE[i % len(PALETTE)]}"/>')
-            parts.append(f'<text x="{left + w + 3:.1f}" y="{y + bar_h * 0.7:.1f}" font-size="11">{val:.3f}</text>')
+            fill = color or PALETTE[i % len(PALETTE)]
+            parts.append(f'<rect x="{left}" y="{y + 2}" width="{w:.1f}" height="{bar_h - 4}" fill="{fill}"/>')
+            parts.append(f'<text x="{left + w + 3:.1f}" y="{y + bar_h * 0.7:.1f}" font-size="11">{number(val)}</text>')
         else:
             parts.append(f'<text x="{left + 3}" y="{y + bar_h * 0.7:.1f}" font-size="11">n/a</text>')
     parts.append(f'<text x="{left}" y="{height - 3}" font-size="10" fill="#555">{escape(title)}</text>')
     return _frame(width, height, "".join(parts), title)
 
 
-def line_chart(series: dict[str, tuple[list[float], list[float]]], title: str, size: int = 260,
-               diagonal: bool = True) -> str:
-    """Lines on [0, 1] x [0, 1] (ROC curves), one colour per series, with a legend."""
-    m = 30
+def number(v: float, digits: int = 3) -> str:
+    """A number for a table or chart: fixed point, scientific below 10**-digits, never '-0.000'."""
+    if v != v:
+        return "n/a"
+    if v == 0:
+        return "0"
+    if abs(v) < 10 ** -digits:
+        return f"{v:.1e}"
+    text = f"{v:.{digits}f}"
+    return text
+
+
+def line_chart(series: dict[str, tuple[list[float], list[float]]], title: str, size: int = 280,
+               diagonal: bool = True, background: list[tuple[list[float], list[float], str]] | None = None,
+               xlabel: str = "false positive rate", ylabel: str = "true positive rate") -> str:
+    """Lines on [0, 1] x [0, 1] (ROC curves), one colour per series, with ticks, axis labels and a
+    legend; ``background`` curves (e.g. single folds) are drawn thin and faint underneath."""
+    m, left = 30, 46
     inner = size - 2 * m
-    parts = [f'<rect x="{m}" y="{m}" width="{inner}" height="{inner}" fill="none" stroke="#999"/>']
+    parts = [f'<rect x="{left}" y="{m}" width="{inner}" height="{inner}" fill="none" stroke="#999"/>']
+    for t in (0.0, 0.25, 0.5, 0.75, 1.0):
+        x, y = left + t * inner, m + (1 - t) * inner
+        parts.append(f'<line x1="{x:.1f}" y1="{m + inner}" x2="{x:.1f}" y2="{m + inner + 4}" stroke="#999"/>')
+        parts.append(f'<text x="{x:.1f}" y="{m + inner + 14}" font-size="9" text-anchor="middle">{t:g}</text>')
+        parts.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{left}" y2="{y:.1f}" stroke="#999"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 3:.1f}" font-size="9" text-anchor="end">{t:g}</text>')
     if diagonal:
-        parts.append(f'<line x1="{m}" y1="{m + inner}" x2="{m + inner}" y2="{m}" stroke="#bbb" stroke-dasharray="4"/>')
+        parts.append(f'<line x1="{left}" y1="{m + inner}" x2="{left + inner}" y2="{m}" stroke="#bbb" stroke-dasharray="4"/>')
+
+    def pts(xs, ys):
+        return " ".join(f"{left + x * inner:.1f},{m + (1 - y) * inner:.1f}" for x, y in zip(xs, ys, strict=True))
+
+    for xs, ys, color in background or []:
+        parts.append(f'<polyline points="{pts(xs, ys)}" fill="none" stroke="{color}" stroke-width="0.8" '
+                     'stroke-opacity="0.35"/>')
     for i, (name, (xs, ys)) in enumerate(series.items()):
-        pts = " ".join(f"{m + x * inner:.1f},{m + (1 - y) * inner:.1f}" for x, y in zip(xs, ys, strict=True))
         color = PALETTE[i % len(PALETTE)]
-        parts.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="1.6"/>')
-        parts.append(f'<text x="{size + 5}" y="{m + 12 + 14 * i}" font-size="11" fill="{color}">{escape(name)}</text>')
-    parts.append(f'<text x="{m}" y="{size - 8}" font-size="10" fill="#555">false positive rate</text>')
-    parts.append(f'<text x="{m}" y="{m - 8}" font-size="10" fill="#555">{escape(title)}</text>')
-    return _frame(size + 110, size, "".join(parts), title)
+        parts.append(f'<polyline points="{pts(xs, ys)}" fill="none" stroke="{color}" stroke-width="1.8"/>')
+        parts.append(f'<text x="{left + inner + 8}" y="{m + 12 + 14 * i}" font-size="11" fill="{color}">'
+                     f'{escape(name)}</text>')
+    parts.append(f'<text x="{left + inner / 2:.1f}" y="{size - 2}" font-size="10" text-anchor="middle" '
+                 f'fill="#333">{escape(xlabel)}</text>')
+    parts.append(f'<text x="12" y="{m + inner / 2:.1f}" font-size="10" text-anchor="middle" fill="#333" '
+                 f'transform="rotate(-90 12 {m + inner / 2:.1f})">{escape(ylabel)}</text>')
+    parts.append(f'<text x="{left}" y="{m - 10}" font-size="10" fill="#555">{escape(title)}</text>')
+    width = left + inner + 8 + 8 * max((len(n) for n in series), default=6) + 10
+    return _frame(int(width), size + 6, "".join(parts), title)
 
 
 def scatter(points: list[tuple[float, float, str]], title: str, xlabel: str, ylabel: str, size: int = 220,
@@ -76,12 +113,12 @@ def scatter(points: list[tuple[float, float, str]], title: str, xlabel: str, yla
             parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.6" fill="#000" fill-opacity="0.8"/>')
         else:
             parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="1.8" fill="{colors[g]}" fill-opacity="0.45"/>')
-    legend = [f'<tspan fill="{colors[g]}">{escape(str(g))} </tspan>' for g in groups[:6]]
     parts.append(f'<text x="{m}" y="{m - 8}" font-size="10">{escape(title)}</text>')
-    if highlight:
-        legend.append(f'<tspan fill="#000">{escape(str(highlight))}</tspan>')
-    parts.append(f'<text x="{m}" y="{size - 6}" font-size="9">{"".join(legend)}</text>')
+    shown = [(g, colors[g]) for g in groups[:8]] + ([(highlight, "#000")] if highlight else [])
+    for i, (g, color) in enumerate(shown):  # one legend entry per line, below the plot: never cut
+        parts.append(f'<text x="{m}" y="{size + 12 * i + 4}" font-size="10" fill="{color}">&#9679; '
+                     f'{escape(str(g))}</text>')
     parts.append(f'<text x="{size - m}" y="{m + inner + 12}" font-size="9" text-anchor="end" fill="#555">{escape(xlabel)}</text>')
     parts.append(f'<text x="{m - 4}" y="{m + 10}" font-size="9" text-anchor="end" fill="#555" '
                  f'transform="rotate(-90 {m - 4} {m + 10})">{escape(ylabel)}</text>')
-    return _frame(size, size, "".join(parts), title)
+    return _frame(size, size + 12 * len(shown) + 4, "".join(parts), title)

@@ -47,6 +47,7 @@ from cellica.errors import CellicaError
 from cellica.ica import canonicalise, fit_rotation, haar_rotation, whiteness_error
 from cellica.logs import get_logger
 from cellica.params import TransformParams
+from cellica.threads import fixed_threads
 
 log = get_logger("transforms")
 
@@ -160,6 +161,10 @@ class Transform:
     # -- public API
     def fit(self, adata) -> Transform:
         """Fit on a features AnnData (controls chosen by ``obs.is_control``, split by ``fit_fraction``)."""
+        with fixed_threads():
+            return self._fit_adata(adata)
+
+    def _fit_adata(self, adata) -> Transform:
         t0 = time.perf_counter()
         x = np.asarray(adata.X, dtype=np.float64)
         self.in_features = list(map(str, adata.var_names))
@@ -198,7 +203,8 @@ class Transform:
             obs[FIT_COL] = fitted[1]
         elif FIT_COL not in obs:  # new data: its own controls give the per-batch statistics
             obs[FIT_COL] = obs["is_control"].to_numpy(dtype=bool)
-        y = self._apply(self._standardize(np.asarray(adata.X, dtype=np.float64)), obs, source)
+        with fixed_threads():
+            y = self._apply(self._standardize(np.asarray(adata.X, dtype=np.float64)), obs, source)
         var = self.out_names(y.shape[1])
         uns = dict(adata.uns)
         uns["transform"] = {"variant": self.variant, "params": asdict(self.params), "diagnostics": self.info,

@@ -7,6 +7,7 @@ import shlex
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from cellica.report import entity_label
 from cellica.transforms import seeded_variants
 
 
@@ -31,6 +32,7 @@ SEED_FEATURES = f"{RESULTS}/features/seeds/{{variant}}-{{seed}}"
 EVAL = f"{RESULTS}/eval"
 SUMMARY = f"{EVAL}/summary.parquet"
 N_CHUNKS = config["evaluate"]["chunks"]
+ENTITY = entity_label(config["source"], config["features"]["column_map"])
 STABILITY = f"{RESULTS}/stability"
 ALIGNMENT = f"{STABILITY}/alignment.parquet"
 if config["stability"]["enabled"] and config["source"] == "features":
@@ -74,9 +76,11 @@ def transform_input(wildcards):
 
 
 def with_truth(inputs):
-    """Add the simulated tile store (its ground truth) to a rule's inputs on simulated screens."""
+    """Add the ground truth to a rule's inputs: the simulated tile store, or features.truth."""
     if config["source"] == "simulate":
-        inputs["tiles"] = TILES
+        inputs["truth"] = TILES
+    elif config["source"] == "features" and config["features"]["truth"]:
+        inputs["truth"] = config["features"]["truth"]
     return inputs
 
 

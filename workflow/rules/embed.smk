@@ -19,9 +19,9 @@ if config["source"] == "features":
             mem_mb=4000,
             runtime=30,
         params:
-            args=cli_args(config["features"], skip=("path",)),
+            args=cli_args(config["features"], skip=("path", "truth")),
         shell:
-            "cellica import-features {input.table} --out {output} {params.args} 2> {log}"
+            "cellica import-features {input.table:q} --out {output:q} {params.args} 2> {log:q}"
 
 else:
     if not config["mae"]["checkpoint"]:

@@ -23,7 +23,7 @@ rule evaluate_chunk:
     params:
         args=cli_args(config["evaluate"], skip=("chunks",)),
         n_chunks=N_CHUNKS,
-        truth=lambda wildcards, input: f"--truth {input.tiles}" if "tiles" in input.keys() else "",
+        truth=lambda wildcards, input: f"--truth {shlex.quote(input.truth)}" if "truth" in input.keys() else "",
     shell:
         "cellica evaluate --features {input.features:q} --out {output.per_gene:q}"
         " --importances-out {output.importances:q} --chunk {wildcards.chunk}/{params.n_chunks}"
@@ -74,7 +74,7 @@ rule batch_metrics:
         runtime=60,
     params:
         args=cli_args(config["evaluate"], skip=("chunks",)),
-        truth=lambda wildcards, input: f"--truth {input.tiles}" if "tiles" in input.keys() else "",
+        truth=lambda wildcards, input: f"--truth {shlex.quote(input.truth)}" if "truth" in input.keys() else "",
     shell:
         "cellica batch-metrics {input.features} {params.truth} --out {output.batch} --activity-out {output.activity} {params.args} 2> {log}"
 

@@ -33,7 +33,9 @@ rule report:
         config_hash=CONFIG_HASH,
         config_file=CONFIG_FILE,
         reports=lambda wildcards, output: os.path.dirname(output.index),
+        entity=ENTITY,
     shell:
-        "cellica report --summary {input.summary} --per-gene {input.per_gene} --importances {input.importances}"
-        " --features {input.features} {params.store} --benchmarks {params.bench} --config {params.config_file}"
-        " --config-hash {params.config_hash} {params.alignment} --out {params.reports} 2> {log}"
+        "cellica report --summary {input.summary:q} --per-gene {input.per_gene:q} --importances {input.importances:q}"
+        " --features {input.features:q} {params.store} --benchmarks {params.bench:q} --config {params.config_file:q}"
+        " --config-hash {params.config_hash} {params.alignment} --entity {params.entity:q} --out {params.reports:q}"
+        " 2> {log:q}"
