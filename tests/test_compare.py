@@ -79,6 +79,9 @@ def test_sparsity_is_not_compared_across_feature_counts_and_random_splits_stay_a
     comps = compare_variants(gene_values(pg), {"base": 192, "pca": 16}, 500, 0).set_index(["metric", "variant", "other"])
     assert "not comparable: pca has 16 features, base 192" in comps.loc[("sparsity", "pca", "base"), "detail"]
     assert comps.loc[("sparsity", "pca", "base"), "verdict"] == "not tested"
+    # A pair naming a variant that was not run says so (never a silent pass or NaN).
+    missing = comps.loc[("auroc_heldout", "pca_ica", "pca")]
+    assert missing["verdict"] == "not tested" and "variant pca_ica is not in the results" in missing["detail"]
     rand = _per_gene({"base": [0.6, 0.7, 0.8]}, split="random")
     v = gene_values(rand)
     assert set(v["metric"]) >= {"auroc_random_split"} and "auroc_heldout" not in set(v["metric"])
@@ -91,6 +94,8 @@ def test_seed_noise_is_measured_apart_from_gene_noise():
     comps = compare_variants(gene_values(pg), {}, 500, 0).set_index(["metric", "variant", "other"])
     row = comps.loc[("auroc_heldout", "pca_ica", "pca")]
     assert row["n_seeds"] == 3 and row["seeds_positive"] == 3 and row["seed_sd"] == pytest.approx(0.0, abs=1e-12)
+    claim = claims_table(comps.reset_index()).iloc[0]
+    assert "the claimed way in 3 of 3 seed(s)" in claim["detail"]
 
 
 def test_summary_with_fewer_than_three_genes_says_so():

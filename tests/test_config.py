@@ -21,14 +21,15 @@ def _schema():
     return yaml.safe_load(SCHEMA.read_text())
 
 
-# Keys the rules set themselves (threads) and keys that are the rule's inputs, not options.
+# Keys the rules set themselves (threads, the per-seed rotation seed) and keys that are the
+# rule's inputs, not options.
 SECTIONS = [
     ("simulate", SimulationParams, set(), set()),
     ("ingest", IngestParams, set(), {"manifest"}),
     ("mae", TrainParams, {"threads"}, {"checkpoint"}),
     ("embed", EmbedParams, {"threads"}, {"shards"}),
-    ("features", FeatureTableParams, set(), {"path"}),
-    ("transform", TransformParams, set(), {"variants", "level"}),
+    ("features", FeatureTableParams, set(), {"path", "truth"}),
+    ("transform", TransformParams, {"rotation_seed"}, {"variants", "level"}),
     ("evaluate", EvalParams, set(), {"chunks"}),
 ]
 
@@ -72,6 +73,9 @@ def test_shipped_configs_validate_and_defaults_fill():
         ({"simulate": {"n_genes": "many"}}, "many"),
         ({"source": "download"}, "download"),
         ({"colour": "blue"}, "colour"),
+        ({"evaluate": {"seeds": []}}, "should be non-empty|is too short"),
+        ({"evaluate": {"seeds": [1, 1]}}, "non-unique|has non-unique elements"),
+        ({"evaluate": {"binning": "quantiles"}}, "quantiles"),
     ],
 )
 def test_unknown_keys_and_wrong_types_fail(cfg, match):

@@ -216,3 +216,14 @@ def test_activity_without_perturbations_is_empty_not_an_error():
     controls_only = screen()
     controls_only = controls_only[controls_only.obs.is_control.to_numpy()].copy()
     assert phenotypic_activity(controls_only, "c", FAST).empty
+
+
+def test_a_gene_without_any_usable_held_out_fold_is_skipped_with_the_reasons():
+    # NULL's samples only in B2 and B3, whose controls are gone: every fold is skipped.
+    data = screen()
+    obs = data.obs
+    drop = (obs.batch.isin(["B2", "B3"]) & obs.is_control).to_numpy() | \
+        ((obs.perturbation == "NULL") & (obs.batch == "B1")).to_numpy()
+    pg, _ = evaluate_genes(data[~drop].copy(), FAST)
+    row = pg.set_index("gene").loc["NULL"]
+    assert "batch B2 has no controls: fold skipped" in row["skipped"] and "batch B3" in row["skipped"]

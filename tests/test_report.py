@@ -130,3 +130,19 @@ def test_render_index_in_headless_chromium(eval_outputs, tmp_path):
                     "--no-first-run", f"--user-data-dir={tmp_path / 'chrome'}", f"--screenshot={shot}",
                     "--window-size=1280,900", index.as_uri()], check=True, capture_output=True, timeout=120)
     assert shot.stat().st_size > 10_000
+
+
+def test_pages_show_one_seed_of_a_multi_seed_run(eval_outputs, tmp_path):
+    paths = {}
+    for kind in ("per_gene", "importances"):
+        paths[kind] = {}
+        for v, p in getattr(eval_outputs, kind).items():
+            t = pd.read_parquet(p)
+            both = pd.concat([t.assign(seed=0), t.assign(seed=1)], ignore_index=True)
+            (tmp_path / v).mkdir(exist_ok=True)
+            both.to_parquet(tmp_path / v / f"{kind}.parquet")
+            paths[kind][v] = tmp_path / v / f"{kind}.parquet"
+    inputs = ReportInputs(**{**eval_outputs.__dict__, **paths})
+    builder = ReportBuilder(inputs, tmp_path / "r")
+    page = builder.build_genes(["GENE/1"])[0].read_text()
+    assert "top-20 importances (of 5)" in page and "Classifier seed 0 (of 2" in page

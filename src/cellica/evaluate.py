@@ -338,9 +338,7 @@ def prepare(adata, p: EvalParams):
         adata = aggregate_wells(adata)
         log.info("evaluating well means: %d wells (aggregated from tiles)", adata.n_obs)
     else:
-        unit = "samples as given (no tile_id: imported profiles, e.g. one per well)" if "tile_id" not in adata.obs \
-            else "tiles"
-        log.info("evaluating %d %s", adata.n_obs, unit)
+        log.info("evaluating %d %s", adata.n_obs, _level_name(adata.obs))
     obs = adata.obs
     if p.batch_key not in obs:
         raise CellicaError(f"evaluate: batch_key {p.batch_key!r} is not a metadata column")
@@ -354,6 +352,15 @@ def prepare(adata, p: EvalParams):
     if const.all():
         raise CellicaError("evaluate: every feature is constant; nothing to classify")
     return adata
+
+
+def _level_name(obs: pd.DataFrame) -> str:
+    """What one sample is: tiles, or (imported profiles without tile ids) wells or other samples."""
+    if "tile_id" in obs:
+        return "tiles"
+    if {"plate", "well"} <= set(obs.columns) and not obs.duplicated(["plate", "well"]).any():
+        return "wells (imported profiles, one per well)"
+    return "samples as imported (several per well; no tile_id column)"
 
 
 def evaluate_genes(adata, params: EvalParams | None = None, chunk: str | None = None,

@@ -167,7 +167,7 @@ class ReportBuilder:
         # Pages show the first evaluation seed's classifiers; means, intervals and seed noise
         # over all seeds are in the summary.
         self.seeds = sorted(per_gene["seed"].unique()) if "seed" in per_gene else [0]
-        self.per_gene = per_gene[per_gene["seed"] == self.seeds[0]] if "seed" in per_gene else per_gene
+        self.per_gene = self._first_seed(per_gene)
         self.variants = _ordered(self.per_gene["variant"].unique())
         self.genes = sorted(self.per_gene["gene"].astype(str).unique())
         self.links = {g: f"genes/{safe_filename(g)}.html" for g in self.genes}
@@ -314,14 +314,15 @@ class ReportBuilder:
         else:
             store_note = "Example tiles are unavailable: this run has no tile store (features were imported)."
         # Grouped once: filtering a genes x features table per gene would be quadratic.
-        imps = {v: {str(g): t for g, t in pd.read_parquet(p).groupby("gene", sort=False)}
+        imps = {v: {str(g): t for g, t in self._first_seed(pd.read_parquet(p)).groupby("gene", sort=False)}
                 for v, p in self.inp.importances.items() if Path(p).is_file()}
         effects = store.ground_truth("effects").set_index("gene") if store is not None and (store.path / "ground_truth").is_dir() else None
         template = self.env.get_template("gene.html")
         # The folder's own entry page (Snakemake's report embeds the folder through it).
         links = [(g, Path(self.links[g]).name) for g in self.genes]
         _write(self.out / "genes" / "index.html",
-               self.env.get_template("genes_index.html").render(links=links, prov=self.provenance))
+               self.env.get_template("genes_index.html").render(links=links, prov=self.provenance,
+                                                                entity=self.inp.entity))
         paths = []
         for gene in genes:
             ctx = self.gene_context(gene, features, imps, store, effects)
@@ -395,12 +396,18 @@ class ReportBuilder:
                 "thumbs": self._thumbnails(store, gene) if store is not None else {}, "truth": truth,
                 "prov": self.provenance, "sources": {v: str(p) for v, p in self.inp.per_gene.items()}}
 
+    def _first_seed(self, table: pd.DataFrame) -> pd.DataFrame:
+        """The rows of the seed the pages show (tables without seeds are one seed)."""
+        return table[table["seed"] == self.seeds[0]] if "seed" in table else table
+
     @staticmethod
     def _guide_table(rows: pd.DataFrame, variants: list[str]) -> dict[str, Any]:
         """AUROC per guide (columns) and variant (rows), from the per-gene table's JSON."""
         per = {v: json.loads(rows.loc[v]["auroc_by_guide"]) for v in variants
                if isinstance(rows.loc[v].get("auroc_by_guide"), str) and rows.loc[v]["auroc_by_guide"]}
         guides = sorted({g for d in per.values() for g in d})
+        if guides == [str(rows["gene"].iloc[0])]:
+            guides = []  # no guide column: the "guide" is the perturbation itself
         return {"guides": guides, "rows": [(v, [_fmt(per[v].get(g, float("nan"))) for g in guides]) for v in per]}
 
     def _embedding_plot(self, adata, imps: pd.DataFrame, gene: str, variant: str) -> str:
