@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
+from cellica.names import safe_filename
 from cellica.tilestore import TileStore
 from tests.conftest import REPO
 
@@ -102,8 +103,8 @@ def test_dag_evaluates_and_reports(tiny_run):
     assert "Per variant (the paper's Table 4)" in index and "Per gene (the paper's Table 3)" in index
     assert "The paper's claims on this run" in index and "Paired comparisons between variants" in index
     for gene in pg["gene"].unique():
-        assert f'href="genes/{gene}.html"' in index
-        page = (tiny_run / "reports" / "genes" / f"{gene}.html").read_text()
+        assert f'href="genes/{safe_filename(gene)}.html"' in index
+        page = (tiny_run / "reports" / "genes" / f"{safe_filename(gene)}.html").read_text()
         assert "Ground truth (synthetic screen)" in page and "data:image/png;base64" in page
         assert "AUROC per guide" in page and "true positive rate" in page
     assert (res / "benchmarks" / "report.tsv").is_file()
@@ -158,7 +159,7 @@ def test_snakemake_report_packs_the_outputs(tiny_run):
     import zipfile
 
     names = zipfile.ZipFile(tiny_run / "report.zip").namelist()
-    assert any(n.endswith("/GENE001.html") for n in names) and any(n.endswith("/summary.parquet") for n in names)
+    assert any(n.endswith(f"/{safe_filename('GENE001')}.html") for n in names) and any(n.endswith("/summary.parquet") for n in names)
     assert "report/report.html" in names
 
 

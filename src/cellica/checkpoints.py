@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from cellica.atomic import atomic_output
+from cellica.atomic import atomic_outputs
 from cellica.errors import CellicaError
 from cellica.logs import get_logger
 from cellica.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
@@ -54,12 +54,12 @@ def save_model(model: MaskedAutoencoder, normalizer: TileNormalizer, path: str |
 
     path = Path(path)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    with atomic_output(path, overwrite=True) as tmp:
+    # Weights and sidecar are committed together: a kill never pairs new weights with an old sidecar.
+    with atomic_outputs([path, sidecar_path(path)], overwrite=True) as (tmp, tmp_side):
         save_file(state, str(tmp), metadata={"format": FORMAT})
-    meta = {"format": FORMAT, "architecture": model.cfg.to_dict(),
-            "normalization": normalizer.to_dict(), "weights_sha256": file_sha256(path), **(extra or {})}
-    with atomic_output(sidecar_path(path), overwrite=True) as tmp:
-        tmp.write_text(json.dumps(meta, indent=2))
+        meta = {"format": FORMAT, "architecture": model.cfg.to_dict(),
+                "normalization": normalizer.to_dict(), "weights_sha256": file_sha256(tmp), **(extra or {})}
+        tmp_side.write_text(json.dumps(meta, indent=2))
     return path
 
 

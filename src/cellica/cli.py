@@ -81,14 +81,20 @@ def _cmd_transform(ns: argparse.Namespace) -> None:
         raise CellicaError("transform: give --variant (to fit) or --apply MODEL (to re-apply)")
     model = make_transform(ns.variant, dataclass_from_args(TransformParams, ns))
     out = model.fit_transform(adata)
-    write_h5ad(out, ns.out)
-    if ns.model_out:
-        model.save(ns.model_out)
+    if not ns.model_out:
+        write_h5ad(out, ns.out)
+        return
+    from cellica.atomic import atomic_outputs
+
+    # The features and the transform that made them are committed together, or neither.
+    with atomic_outputs([ns.out, ns.model_out], overwrite=True) as (tmp_out, tmp_model):
+        out.write_h5ad(tmp_out)
+        model.write(tmp_model)
 
 
 def _cmd_evaluate(ns: argparse.Namespace) -> None:
     from cellica.adata import read_h5ad
-    from cellica.atomic import write_parquet
+    from cellica.atomic import write_parquets
     from cellica.cli_params import dataclass_from_args
     from cellica.evaluate import evaluate_genes
     from cellica.params import EvalParams
@@ -105,28 +111,26 @@ def _cmd_evaluate(ns: argparse.Namespace) -> None:
             truth = gt["latents"], gt["effects"]
     per_gene, imps = evaluate_genes(adatas if len(adatas) > 1 else adatas[0], params, ns.chunk, variant,
                                     threads=ns.threads, truth=truth)
-    write_parquet(per_gene, ns.out)
-    write_parquet(imps, ns.importances_out)
+    write_parquets([per_gene, imps], [ns.out, ns.importances_out])
 
 
 def _cmd_gather_eval(ns: argparse.Namespace) -> None:
     import pandas as pd
 
-    from cellica.atomic import write_parquet
+    from cellica.atomic import write_parquets
 
     per_gene = pd.concat([pd.read_parquet(p) for p in ns.per_gene], ignore_index=True)
     keys = ["variant", "gene", "seed"] if "seed" in per_gene else ["variant", "gene"]
     dup = per_gene.duplicated(keys)
     if dup.any():
         raise CellicaError(f"gather-eval: genes evaluated twice, e.g. {per_gene.loc[dup, 'gene'].head(3).tolist()}")
-    write_parquet(per_gene.sort_values(keys).reset_index(drop=True), ns.out)
     imps = pd.concat([pd.read_parquet(p) for p in ns.importances], ignore_index=True)
-    write_parquet(imps, ns.importances_out)
+    write_parquets([per_gene.sort_values(keys).reset_index(drop=True), imps], [ns.out, ns.importances_out])
 
 
 def _cmd_batch_metrics(ns: argparse.Namespace) -> None:
     from cellica.adata import read_h5ad
-    from cellica.atomic import write_parquet
+    from cellica.atomic import write_parquets
     from cellica.cli_params import dataclass_from_args
     from cellica.evaluate import variant_metrics
     from cellica.params import EvalParams
@@ -143,8 +147,7 @@ def _cmd_batch_metrics(ns: argparse.Namespace) -> None:
         adata = read_h5ad(path)
         features[adata.uns.get("transform", {}).get("variant", path)] = adata
     batch, activity = variant_metrics(features, params, truth)
-    write_parquet(batch, ns.out)
-    write_parquet(activity, ns.activity_out)
+    write_parquets([batch, activity], [ns.out, ns.activity_out])
 
 
 def _cmd_summarize(ns: argparse.Namespace) -> None:

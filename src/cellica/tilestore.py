@@ -16,6 +16,7 @@ once complete and valid, so a failed run never leaves a half-written store.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -26,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from cellica import __version__
-from cellica.atomic import check_can_write, commit, remove, tmp_sibling
+from cellica.atomic import check_can_write, commit, output_lock, recover, remove, tmp_sibling
 from cellica.errors import CellicaError
 from cellica.logs import get_logger
 
@@ -360,7 +361,16 @@ class TileStoreWriter:
             raise CellicaError(f"channel names must be unique and non-empty: {channel_names}")
         if shard_tiles < 1:
             raise CellicaError(f"shard_tiles must be >= 1, got {shard_tiles}")
-        self.path = check_can_write(path, overwrite)
+        # One writer per store, for the whole write; leftovers of a killed run are cleaned first.
+        self._lock = contextlib.ExitStack()
+        self._lock.enter_context(output_lock(Path(path)))
+        try:
+            recover(Path(path))
+            self.path = check_can_write(path, overwrite)
+        except BaseException:
+            self._lock.close()
+            raise
+        self.overwrite = overwrite
         self.tmp = tmp_sibling(self.path)
         self.channel_names = channel_names
         self.tile_shape = (len(channel_names), int(tile_size[0]), int(tile_size[1]))
@@ -454,11 +464,12 @@ class TileStoreWriter:
                 (self.tmp / GROUND_TRUTH_DIR).mkdir()
                 for name, table in self._extra_tables.items():
                     table.to_parquet(self.tmp / GROUND_TRUTH_DIR / f"{name}.parquet", index=False)
-            commit(self.tmp, self.path)
+            commit(self.tmp, self.path, self.overwrite)
         except BaseException:
             self.abort()
             raise
         self._closed = True
+        self._lock.close()
         log.info(
             "wrote %s: %d tiles of %s %s in %d shard(s)",
             self.path, self._written, self.tile_shape, self.dtype,
@@ -470,6 +481,7 @@ class TileStoreWriter:
         """Discard everything written so far."""
         self._closed = True
         remove(self.tmp)
+        self._lock.close()
 
     def __enter__(self) -> TileStoreWriter:
         return self

@@ -223,12 +223,16 @@ class Transform:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the fitted state to ``.npz`` (arrays + JSON metadata, no pickle)."""
         path = Path(path)
+        with atomic_output(path, overwrite=True) as tmp:
+            self.write(tmp)
+        return path
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Write the fitted state to ``path`` as it is (no temporary file; see :meth:`save`)."""
         meta = {"variant": self.variant, "params": asdict(self.params), "info": self.info,
                 "in_features": self.in_features, "cellica_version": __version__}
-        with atomic_output(path, overwrite=True) as tmp:
-            with open(tmp, "wb") as fh:
-                np.savez_compressed(fh, __meta__=np.array(json.dumps(meta)), **self.arrays)
-        return path
+        with open(path, "wb") as fh:
+            np.savez_compressed(fh, __meta__=np.array(json.dumps(meta)), **self.arrays)
 
     @staticmethod
     def load(path: str | os.PathLike) -> Transform:
