@@ -238,3 +238,16 @@ def write_parquets(tables: Sequence, paths: Sequence[str | os.PathLike]) -> list
         for table, tmp in zip(tables, tmps, strict=True):
             table.to_parquet(tmp, index=False)
     return [Path(p) for p in paths]
+
+
+def read_parquet(path: str | os.PathLike, what: str = "table"):
+    """Read a parquet table; a missing or corrupt file is a :class:`CellicaError` naming it."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise CellicaError(f"{what} {path} does not exist")
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise CellicaError(f"{what} {path} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None

@@ -117,14 +117,14 @@ def _cmd_evaluate(ns: argparse.Namespace) -> None:
 def _cmd_gather_eval(ns: argparse.Namespace) -> None:
     import pandas as pd
 
-    from cellica.atomic import write_parquets
+    from cellica.atomic import read_parquet, write_parquets
 
-    per_gene = pd.concat([pd.read_parquet(p) for p in ns.per_gene], ignore_index=True)
+    per_gene = pd.concat([read_parquet(p, "per-gene table") for p in ns.per_gene], ignore_index=True)
     keys = ["variant", "gene", "seed"] if "seed" in per_gene else ["variant", "gene"]
     dup = per_gene.duplicated(keys)
     if dup.any():
         raise CellicaError(f"gather-eval: genes evaluated twice, e.g. {per_gene.loc[dup, 'gene'].head(3).tolist()}")
-    imps = pd.concat([pd.read_parquet(p) for p in ns.importances], ignore_index=True)
+    imps = pd.concat([read_parquet(p, "importances") for p in ns.importances], ignore_index=True)
     write_parquets([per_gene.sort_values(keys).reset_index(drop=True), imps], [ns.out, ns.importances_out])
 
 
@@ -155,15 +155,15 @@ def _cmd_summarize(ns: argparse.Namespace) -> None:
 
     import pandas as pd
 
-    from cellica.atomic import write_parquet
+    from cellica.atomic import read_parquet, write_parquet
     from cellica.cli_params import dataclass_from_args
     from cellica.compare import summary_table
     from cellica.params import EvalParams
 
     params = dataclass_from_args(EvalParams, ns)
     params.validate()
-    per_gene = pd.concat([pd.read_parquet(p) for p in ns.per_gene], ignore_index=True)
-    table = summary_table(per_gene, pd.read_parquet(ns.batch), pd.read_parquet(ns.activity), params.n_boot,
+    per_gene = pd.concat([read_parquet(p, "per-gene table") for p in ns.per_gene], ignore_index=True)
+    table = summary_table(per_gene, read_parquet(ns.batch, "batch metrics"), read_parquet(ns.activity, "activity table"), params.n_boot,
                           params.seed)
     for claim in table[table["table"] == "claim"].itertuples():
         log.info("claim %s: %s (%s)", claim.verdict.upper(), claim.row, claim.detail)
@@ -245,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"cellica {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks (also CELLICA_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", metavar="<stage>", required=True)
 
     p = sub.add_parser("simulate", help="simulate a screen with known ground truth into a tile store")
@@ -373,15 +374,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``cellica`` console script; returns the exit status."""
+    """Entry point of the ``cellica`` console script; returns the exit status.
+
+    Every error a user can cause or meet (bad input, a missing or damaged file, a full
+    disk, no permission, a checksum mismatch) is one line naming the file and the
+    cause, exit status 2. Anything else is an internal error: one line and exit 1.
+    ``--debug`` (or ``CELLICA_DEBUG=1``) shows the traceback instead. Output into a
+    closed pipe (``cellica inspect ... | head``) ends quietly.
+    """
     parser = build_parser()
     ns = parser.parse_args(argv)
     configure(ns.log_level)
+    debug = ns.debug or os.environ.get("CELLICA_DEBUG", "") not in ("", "0")
     try:
         ns.func(ns)
-    except CellicaError as exc:
-        print(f"cellica {ns.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): nothing more to say, and nothing to flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print(f"cellica {ns.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        from cellica.errors import describe
+
+        user_error = isinstance(exc, CellicaError | OSError)
+        hint = "" if user_error else " (internal error: please report it; --debug shows the traceback)"
+        print(f"cellica {ns.command}: error: {describe(exc)}{hint}", file=sys.stderr)
+        return 2 if user_error else 1
     return 0
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from cellica import __version__
-from cellica.atomic import atomic_output
+from cellica.atomic import atomic_output, read_parquet
 from cellica.errors import CellicaError
 from cellica.evaluate import mean_roc
 from cellica.logs import get_logger
@@ -162,8 +162,8 @@ class ReportBuilder:
         for label, path in [("summary", inputs.summary), *[(f"per-gene table of {v}", p) for v, p in inputs.per_gene.items()]]:
             if not Path(path).is_file():
                 raise CellicaError(f"report: {label} {path} does not exist (run the evaluate stage first)")
-        self.summary = pd.read_parquet(inputs.summary)
-        per_gene = pd.concat([pd.read_parquet(p) for p in inputs.per_gene.values()], ignore_index=True)
+        self.summary = read_parquet(inputs.summary, "summary")
+        per_gene = pd.concat([read_parquet(p, "per-gene table") for p in inputs.per_gene.values()], ignore_index=True)
         # Pages show the first evaluation seed's classifiers; means, intervals and seed noise
         # over all seeds are in the summary.
         self.seeds = sorted(per_gene["seed"].unique()) if "seed" in per_gene else [0]
@@ -261,7 +261,7 @@ class ReportBuilder:
             return None
         if not Path(self.inp.alignment).is_file():
             raise CellicaError(f"report: alignment table {self.inp.alignment} does not exist")
-        t = pd.read_parquet(self.inp.alignment)
+        t = read_parquet(self.inp.alignment, "alignment table")
         return {"rows": [(r.map, _fmt(r.error), r.dims, r.note) for r in t.itertuples()],
                 "efficiency": f"{float(t['ica_efficiency'].iloc[0]):.1f}",
                 "ica_components": int(t["ica_components"].iloc[0]) if "ica_components" in t else 0, "n_train": int(t["n_train"].iloc[0]),
@@ -314,7 +314,7 @@ class ReportBuilder:
         else:
             store_note = "Example tiles are unavailable: this run has no tile store (features were imported)."
         # Grouped once: filtering a genes x features table per gene would be quadratic.
-        imps = {v: {str(g): t for g, t in self._first_seed(pd.read_parquet(p)).groupby("gene", sort=False)}
+        imps = {v: {str(g): t for g, t in self._first_seed(read_parquet(p, "importances")).groupby("gene", sort=False)}
                 for v, p in self.inp.importances.items() if Path(p).is_file()}
         effects = store.ground_truth("effects").set_index("gene") if store is not None and (store.path / "ground_truth").is_dir() else None
         template = self.env.get_template("gene.html")

@@ -27,7 +27,15 @@ import numpy as np
 import pandas as pd
 
 from cellica import __version__
-from cellica.atomic import check_can_write, commit, output_lock, recover, remove, tmp_sibling
+from cellica.atomic import (
+    check_can_write,
+    commit,
+    output_lock,
+    read_parquet,
+    recover,
+    remove,
+    tmp_sibling,
+)
 from cellica.errors import CellicaError
 from cellica.logs import get_logger
 
@@ -139,7 +147,7 @@ class TileStore:
         meta_path = path / METADATA_FILE
         if not meta_path.is_file():
             raise CellicaError(f"{path}: missing {METADATA_FILE}")
-        metadata = normalise_metadata(pd.read_parquet(meta_path), str(meta_path))
+        metadata = normalise_metadata(read_parquet(meta_path, "tile metadata"), str(meta_path))
         store = cls(path, array, metadata, dict(group.attrs))
         store.validate()
         return store
@@ -260,7 +268,7 @@ class TileStore:
         path = self.path / GROUND_TRUTH_DIR / f"{name}.parquet"
         if not path.is_file():
             raise CellicaError(f"{self.path}: no ground-truth table {name!r} (is it simulated?)")
-        return pd.read_parquet(path)
+        return read_parquet(path, "ground-truth table")
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:

@@ -47,8 +47,8 @@ else:
                 args=cli_args(config["mae"], skip=("checkpoint",)),
                 ckpt=f"{RESULTS}/mae/checkpoints",
             shell:
-                "cellica train-mae --store {input} --out {output.model} --checkpoint-dir {params.ckpt}"
-                " --threads {threads} {params.args} 2> {log}"
+                "cellica train-mae --store {input:q} --out {output.model:q} --checkpoint-dir {params.ckpt:q}"
+                " --threads {threads} {params.args} 2> {log:q}"
 
     rule embed:
         input:
@@ -71,8 +71,8 @@ else:
             args=cli_args(config["embed"], skip=("shards",)),
             n_shards=N_SHARDS,
         shell:
-            "cellica embed --store {input.store} --checkpoint {input.model} --out {output}"
-            " --shard {wildcards.shard}/{params.n_shards} --threads {threads} {params.args} 2> {log}"
+            "cellica embed --store {input.store:q} --checkpoint {input.model:q} --out {output:q}"
+            " --shard {wildcards.shard}/{params.n_shards} --threads {threads} {params.args} 2> {log:q}"
 
     rule gather_embeddings:
         input:
@@ -91,4 +91,4 @@ else:
             mem_mb=4000,
             runtime=30,
         shell:
-            "cellica gather-embeddings {input} --out {output.tiles} --wells-out {output.wells} 2> {log}"
+            "cellica gather-embeddings {input:q} --out {output.tiles:q} --wells-out {output.wells:q} 2> {log:q}"

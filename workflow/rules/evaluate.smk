@@ -52,8 +52,8 @@ rule gather_eval:
         mem_mb=2000,
         runtime=10,
     shell:
-        "cellica gather-eval --per-gene {input.per_gene} --importances {input.importances}"
-        " --out {output.per_gene} --importances-out {output.importances} 2> {log}"
+        "cellica gather-eval --per-gene {input.per_gene:q} --importances {input.importances:q}"
+        " --out {output.per_gene:q} --importances-out {output.importances:q} 2> {log:q}"
 
 
 rule batch_metrics:
@@ -76,7 +76,7 @@ rule batch_metrics:
         args=cli_args(config["evaluate"], skip=("chunks",)),
         truth=lambda wildcards, input: f"--truth {shlex.quote(input.truth)}" if "truth" in input.keys() else "",
     shell:
-        "cellica batch-metrics {input.features} {params.truth} --out {output.batch} --activity-out {output.activity} {params.args} 2> {log}"
+        "cellica batch-metrics {input.features:q} {params.truth} --out {output.batch:q} --activity-out {output.activity:q} {params.args} 2> {log:q}"
 
 
 rule summarize:

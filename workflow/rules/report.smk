@@ -27,8 +27,10 @@ rule report:
         mem_mb=4000,
         runtime=60,
     params:
-        store=lambda wildcards, input: f"--store {input.tiles}" if "tiles" in input.keys() else "",
-        alignment=lambda wildcards, input: f"--alignment {input.alignment}" if "alignment" in input.keys() else "",
+        store=lambda wildcards, input: f"--store {shlex.quote(input.tiles)}" if "tiles" in input.keys() else "",
+        alignment=lambda wildcards, input: (
+            f"--alignment {shlex.quote(input.alignment)}" if "alignment" in input.keys() else ""
+        ),
         bench=BENCH,
         config_hash=CONFIG_HASH,
         config_file=CONFIG_FILE,

@@ -24,8 +24,8 @@ rule train_mae_seed:
         args=cli_args(config["mae"], skip=("checkpoint", "seed")),
         ckpt=lambda wildcards, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
     shell:
-        "cellica train-mae --store {input} --out {output.model} --checkpoint-dir {params.ckpt}"
-        " --seed {wildcards.seed} --threads {threads} {params.args} 2> {log}"
+        "cellica train-mae --store {input:q} --out {output.model:q} --checkpoint-dir {params.ckpt:q}"
+        " --seed {wildcards.seed} --threads {threads} {params.args} 2> {log:q}"
 
 
 rule embed_seed:
@@ -48,8 +48,8 @@ rule embed_seed:
     params:
         args=cli_args(config["embed"], skip=("shards",)),
     shell:
-        "cellica embed --store {input.store} --checkpoint {input.model} --out {output}"
-        " --threads {threads} {params.args} 2> {log}"
+        "cellica embed --store {input.store:q} --checkpoint {input.model:q} --out {output:q}"
+        " --threads {threads} {params.args} 2> {log:q}"
 
 
 rule align_seeds:
@@ -73,7 +73,7 @@ rule align_seeds:
         f" --ica-tol {config['transform']['ica_tol']} --seed {config['transform']['seed']}"
         + stability_ica_components(),
     shell:
-        "cellica align {input} --out {output} --test-fraction {params.test_fraction} {params.ica} > {log} 2>&1"
+        "cellica align {input:q} --out {output:q} --test-fraction {params.test_fraction} {params.ica} > {log:q} 2>&1"
 
 
 rule stability:

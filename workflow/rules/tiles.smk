@@ -19,7 +19,7 @@ if config["source"] == "simulate":
         params:
             args=cli_args(config["simulate"]),
         shell:
-            "cellica simulate --out {output} {params.args} 2> {log}"
+            "cellica simulate --out {output:q} {params.args} 2> {log:q}"
 
 elif config["source"] == "ingest":
 
@@ -41,7 +41,7 @@ elif config["source"] == "ingest":
         params:
             args=cli_args(config["ingest"], skip=("manifest",)),
         shell:
-            "cellica ingest --manifest {input.manifest} --out {output} {params.args} 2> {log}"
+            "cellica ingest --manifest {input.manifest:q} --out {output:q} {params.args} 2> {log:q}"
 
 
 if config["source"] != "features":
@@ -66,4 +66,4 @@ if config["source"] != "features":
             mem_mb=2000,
             runtime=10,
         shell:
-            "cellica inspect {input} > {output} 2> {log}"
+            "cellica inspect {input:q} > {output:q} 2> {log:q}"
