@@ -153,10 +153,18 @@ def test_own_checkpoint_on_a_store_with_other_channels(tiny_model, tmp_path):
     with pytest.raises(CellicaError, match="store statistics of 4 channels; the store has 6"):
         load_encoder(tiny_model, 6, 32, store_label="the store")
     # With per-tile normalisation only the patch embedding must change, and only if allowed.
-    meta["normalization"] = {"mode": "tile", "mean": [], "std": [], "eps": 1e-6}
-    other = tmp_path / "tile.safetensors"
-    other.write_bytes(tiny_model.read_bytes())
-    other.with_suffix(".json").write_text(json.dumps(meta))
+    from cellica.checkpoints import save_model
+    from cellica.mae import TileNormalizer
+
+    trained, _, _ = load_encoder(tiny_model, 4, 32)
+    other = save_model(trained, TileNormalizer(mode="tile"), tmp_path / "tile.safetensors")
+    # Editing the sidecar instead is caught: the header of the weights records the normalisation.
+    edited = json.loads(tiny_model.with_suffix(".json").read_text())
+    edited["normalization"] = {"mode": "tile", "mean": [], "std": [], "eps": 1e-6}
+    (tmp_path / "edited.safetensors").write_bytes(tiny_model.read_bytes())
+    (tmp_path / "edited.json").write_text(json.dumps(edited))
+    with pytest.raises(CellicaError, match="normalization differs from the one stored with the weights"):
+        load_encoder(tmp_path / "edited.safetensors", 4, 32)
     with pytest.raises(CellicaError, match="has 4 input channels but the store has 6"):
         load_encoder(other, 6, 32, store_label="the store")
     model, _, _ = load_encoder(other, 6, 32, adapt_channels=True)

@@ -56,11 +56,61 @@ def save_model(model: MaskedAutoencoder, normalizer: TileNormalizer, path: str |
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     # Weights and sidecar are committed together: a kill never pairs new weights with an old sidecar.
     with atomic_outputs([path, sidecar_path(path)], overwrite=True) as (tmp, tmp_side):
-        save_file(state, str(tmp), metadata={"format": FORMAT})
+        # Normalisation and architecture also travel in the weights' header, which weights_sha256
+        # covers: an edited sidecar is then caught on loading.
+        save_file(state, str(tmp), metadata={"format": FORMAT, "normalization": json.dumps(normalizer.to_dict()),
+                                             "architecture": json.dumps(model.cfg.to_dict())})
         meta = {"format": FORMAT, "architecture": model.cfg.to_dict(),
                 "normalization": normalizer.to_dict(), "weights_sha256": file_sha256(tmp), **(extra or {})}
         tmp_side.write_text(json.dumps(meta, indent=2))
     return path
+
+
+SIDECAR_FIELDS = {"format": str, "architecture": dict, "normalization": dict, "weights_sha256": str}
+
+
+def read_sidecar(path: str | os.PathLike) -> dict[str, Any]:
+    """The JSON sidecar of ``path`` (empty for a plain timm checkpoint without one), checked:
+    its schema, and that the weights are the ones it describes (``weights_sha256``)."""
+    path = Path(path)
+    side = sidecar_path(path)
+    if not side.is_file():
+        return {}
+    try:
+        meta = json.loads(side.read_text())
+    except (OSError, ValueError) as exc:
+        raise CellicaError(f"checkpoint sidecar {side} is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return meta if isinstance(meta, dict) else {}
+    bad = [f"{k} (expected {t.__name__})" for k, t in SIDECAR_FIELDS.items() if not isinstance(meta.get(k), t)]
+    norm = meta.get("normalization", {})
+    if isinstance(norm, dict) and not {"mode", "mean", "std"} <= set(norm):
+        bad.append("normalization (needs mode, mean, std)")
+    if bad:
+        raise CellicaError(f"checkpoint sidecar {side}: missing or malformed field(s) {', '.join(bad)}")
+    actual = file_sha256(path)
+    if actual != meta["weights_sha256"]:
+        raise CellicaError(f"checkpoint {path}: its sha256 {actual[:12]}... differs from weights_sha256 "
+                           f"{meta['weights_sha256'][:12]}... recorded in {side}: the weights or the sidecar were "
+                           "changed or damaged")
+    header = _safetensors_header(path)
+    for key in ("normalization", "architecture"):
+        if key in header and json.loads(header[key]) != meta[key]:
+            raise CellicaError(f"checkpoint sidecar {side}: {key} differs from the one stored with the weights in "
+                               f"{path} ({json.loads(header[key])} vs {meta[key]}): the sidecar was edited")
+    return meta
+
+
+def _safetensors_header(path: Path) -> dict[str, str]:
+    if path.suffix != ".safetensors":
+        return {}
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as exc:  # a damaged header
+        raise CellicaError(f"checkpoint {path}: unreadable safetensors header ({exc})") from None
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -165,8 +215,7 @@ def load_encoder(
     """
     path = Path(path)
     state = read_state_dict(path)
-    side = sidecar_path(path)
-    meta = json.loads(side.read_text()) if side.is_file() else {}
+    meta = read_sidecar(path)
     if meta.get("format") == FORMAT:
         arch = meta["architecture"]
         normalizer = TileNormalizer(**meta["normalization"])

@@ -222,9 +222,34 @@ class TileStore:
         )
 
     # ------------------------------------------------------------------ reading
+    def shard_file(self, shard: int) -> Path:
+        """The file holding shard ``shard`` (tiles ``shard * shard_tiles`` onwards)."""
+        return shard_path(self.path, shard)
+
+    def _checked(self, start: int, stop: int, read):
+        """Run ``read()`` for tiles ``start:stop``: their shard files must exist (a missing one
+        would read as zeros) and every chunk's checksum must match (zarr verifies it)."""
+        if stop <= start:
+            return read()
+        first, last = start // self.shard_tiles, (stop - 1) // self.shard_tiles
+        for shard in range(first, last + 1):
+            if not self.shard_file(shard).is_file():
+                lo, hi = shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles)
+                raise CellicaError(f"{self.path}: shard file {self.shard_file(shard)} (tiles {lo}-{hi - 1}) is "
+                                   "missing: the store is damaged (it would read as zeros); re-create it")
+        try:
+            return read()
+        except Exception as exc:
+            if first == last:
+                where = f"shard file {self.shard_file(first)}"
+            else:
+                where = f"shard files {self.shard_file(first).name}..{self.shard_file(last).name}"
+            raise CellicaError(f"{self.path}: {where} (tiles {start}-{stop - 1}) is damaged: "
+                               f"{type(exc).__name__}: {str(exc)[:160]}") from None
+
     def read_range(self, start: int, stop: int) -> np.ndarray:
-        """Read tiles ``start:stop`` (a contiguous slab: the fast path)."""
-        return np.asarray(self._array[start:stop])
+        """Read tiles ``start:stop`` (a contiguous slab: the fast path), verified."""
+        return self._checked(start, stop, lambda: np.asarray(self._array[start:stop]))
 
     def read(self, indices: np.ndarray | list[int]) -> np.ndarray:
         """Read the tiles at ``indices`` (any order, repeats allowed) as one array.
@@ -251,10 +276,11 @@ class TileStore:
             lo, hi = int(members[0]), int(members[-1]) + 1
             # Sparse picks in a shard are read one chunk each; dense ones as a slab.
             if hi - lo > 4 * members.size:
-                slab = {int(i): np.asarray(self._array[int(i)]) for i in np.unique(members)}
+                slab = {int(i): self._checked(int(i), int(i) + 1, lambda i=i: np.asarray(self._array[int(i)]))
+                        for i in np.unique(members)}
                 out[order[group]] = np.stack([slab[int(i)] for i in members])
             else:
-                out[order[group]] = np.asarray(self._array[lo:hi])[members - lo]
+                out[order[group]] = self.read_range(lo, hi)[members - lo]
         return out
 
     def iter_blocks(self, block_tiles: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
@@ -271,6 +297,27 @@ class TileStore:
         return read_parquet(path, "ground-truth table")
 
     # ------------------------------------------------------------------ checks
+    @property
+    def content_sha256(self) -> str:
+        """Digest of the store's contents (metadata and every shard file), recorded at write time
+        (computed now for stores written before it was recorded)."""
+        return self.attrs.get("content_sha256") or content_digest(self.path, self.n_tiles, self.shard_tiles)
+
+    def verify(self) -> dict[str, Any]:
+        """Read every tile, checking that every shard file exists, every chunk's checksum
+        and the recorded content digest; raises :class:`CellicaError` naming what is damaged."""
+        from tqdm.auto import tqdm
+
+        n_shards = -(-self.n_tiles // self.shard_tiles)
+        for shard in tqdm(range(n_shards), desc=f"verify {self.path.name}", unit="shard", disable=None):
+            self.read_range(shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles))
+        recorded = self.attrs.get("content_sha256")
+        if recorded and content_digest(self.path, self.n_tiles, self.shard_tiles) != recorded:
+            raise CellicaError(f"{self.path}: contents differ from the digest recorded when the store was written "
+                               "(a shard or the metadata was changed); re-create it")
+        return {"shards": n_shards, "tiles": self.n_tiles, "chunk_checksums": self.attrs.get("checksums") == "crc32c",
+                "content_digest": bool(recorded)}
+
     def validate(self) -> None:
         """Check the store against the contract; raise :class:`CellicaError` listing problems."""
         problems = validate_parts(self._array.shape, str(self.dtype), self.metadata, self.attrs)
@@ -313,6 +360,28 @@ class TileStore:
             "stats_tiles": n_sample,
             "provenance": self.attrs.get("provenance", {}),
         }
+
+
+def shard_path(store: Path, shard: int) -> Path:
+    """Where zarr keeps shard ``shard`` of the 4-D ``tiles`` array (default chunk-key encoding)."""
+    return Path(store) / "tiles" / "c" / str(shard) / "0" / "0" / "0"
+
+
+def content_digest(store: Path, n_tiles: int, shard_tiles: int) -> str:
+    """sha256 over the metadata table and every shard file, in shard order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    files = [Path(store) / METADATA_FILE] + [shard_path(store, i) for i in range(-(-n_tiles // shard_tiles))]
+    for f in files:
+        h.update(f.name.encode())
+        if f.is_file():
+            with open(f, "rb") as fh:
+                for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                    h.update(block)
+        else:
+            h.update(b"<missing>")
+    return h.hexdigest()
 
 
 def validate_parts(
@@ -361,7 +430,7 @@ class TileStoreWriter:
         overwrite: bool,
     ):
         import zarr
-        from zarr.codecs import BloscCodec, BloscShuffle
+        from zarr.codecs import BloscCodec, BloscShuffle, Crc32cCodec
 
         if dtype not in ALLOWED_DTYPES:
             raise CellicaError(f"tile dtype must be one of {ALLOWED_DTYPES}, got {dtype!r}")
@@ -399,7 +468,8 @@ class TileStoreWriter:
             chunks=(1, *self.tile_shape),
             shards=(self.shard_tiles, *self.tile_shape),
             dtype=self.dtype,
-            compressors=BloscCodec(cname="zstd", clevel=5, shuffle=shuffle),
+            # Every chunk carries a crc32c checksum (the shard index has its own): reads verify it.
+            compressors=(BloscCodec(cname="zstd", clevel=5, shuffle=shuffle), Crc32cCodec()),
             dimension_names=("tile", "channel", "y", "x"),
             fill_value=0,
         )
@@ -408,6 +478,7 @@ class TileStoreWriter:
             "channel_names": channel_names,
             "dtype": str(self.dtype),
             "shard_tiles": self.shard_tiles,
+            "checksums": "crc32c",
             "cellica_version": __version__,
             "provenance": provenance,
         }
@@ -466,12 +537,14 @@ class TileStoreWriter:
             problems = validate_parts(self.array.shape, str(self.dtype), metadata, self.attrs)
             if problems:
                 raise CellicaError(f"{self.path}: refusing to write an invalid store: " + "; ".join(problems))
-            self.group.attrs.update(json.loads(json.dumps(self.attrs)))
             metadata.to_parquet(self.tmp / METADATA_FILE, index=False)
             if self._extra_tables:
                 (self.tmp / GROUND_TRUTH_DIR).mkdir()
                 for name, table in self._extra_tables.items():
                     table.to_parquet(self.tmp / GROUND_TRUTH_DIR / f"{name}.parquet", index=False)
+            # What the store holds, for anything keyed on it (e.g. resuming MAE training).
+            self.attrs["content_sha256"] = content_digest(self.tmp, self._written, self.shard_tiles)
+            self.group.attrs.update(json.loads(json.dumps(self.attrs)))
             commit(self.tmp, self.path, self.overwrite)
         except BaseException:
             self.abort()

@@ -11,6 +11,7 @@ uninterrupted one.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import time
@@ -107,11 +108,13 @@ def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: Tra
     ckpt_dir = Path(checkpoint_dir) if checkpoint_dir else Path(out).parent / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     last = ckpt_dir / "last.pt"
-    setup = {"params": asdict(p), "architecture": cfg.to_dict(), "store": str(store.path), "n_train": int(idx.size)}
+    # The store's content digest is part of the set-up: a checkpoint of other data is never resumed.
+    setup = {"params": asdict(p), "architecture": cfg.to_dict(), "store": str(store.path), "n_train": int(idx.size),
+             "store_sha256": store.content_sha256}
     history: list[dict[str, float]] = []
     start_epoch = 0
     if p.resume and last.is_file():
-        state = torch.load(last, map_location=device, weights_only=True)
+        state = _load_checkpoint(last, device)
         if state.get("setup_key") == _setup_key(setup):
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["optimizer"])
@@ -120,7 +123,7 @@ def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: Tra
             history = [{"epoch": int(e), "loss": loss, "seconds": sec} for e, loss, sec in state["history"].tolist()]
             log.info("resuming from %s after epoch %d", last, start_epoch)
         else:
-            log.warning("ignoring %s: it was written by a different set-up", last)
+            log.warning("starting afresh: %s was written for %s", last, _what_differs(state.get("setup_key"), setup))
     log.info("training %s (%d px, %d channels, patch %d) on %d %s tiles for %d epochs on %s",
              cfg.model_name, cfg.img_size, cfg.in_chans, cfg.patch_size, idx.size, p.train_on, p.epochs, device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
@@ -158,6 +161,34 @@ def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: Tra
     save_model(model.cpu(), normalizer, out, extra={"training": summary})
     log.info("wrote %s (final loss %.4f)", out, summary["final_loss"])
     return summary
+
+
+def _load_checkpoint(path: Path, device) -> dict[str, Any]:
+    """A per-epoch checkpoint, loaded without unpickling code; a damaged or pickled file is a
+    one-line error naming it."""
+    import pickle
+
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
+        raise CellicaError(f"{path}: not a loadable cellica checkpoint ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:120]}); delete it to start afresh") from None
+    if not isinstance(state, dict) or not {"model", "optimizer", "scheduler", "epoch"} <= set(state):
+        raise CellicaError(f"{path}: not a cellica training checkpoint (missing keys); delete it to start afresh")
+    return state
+
+
+def _what_differs(key: str | None, setup: dict[str, Any]) -> str:
+    """Which part of the set-up a checkpoint was written for differs (for the log line)."""
+    try:
+        old = json.loads(key or "{}")
+    except ValueError:
+        return "an unreadable set-up"
+    new = json.loads(_setup_key(setup))
+    diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if "store_sha256" in diff:
+        return "other data (the tile store's contents changed)"
+    return f"a different set-up ({', '.join(diff) or 'unknown'})"
 
 
 def _setup_key(setup: dict[str, Any]) -> str:
