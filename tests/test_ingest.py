@@ -76,7 +76,7 @@ def test_ingest_png_8bit_with_percentile_normalisation(tmp_path):
         (lambda m, root: m.drop(columns="well"), r"missing column\(s\) \['well'\]"),
         (lambda m, root: m.assign(path=m.path.where(m.index != m.index[0], "nope.tif")), "nope.tif is missing"),
         (lambda m, root: m[~((m.well == "A02") & (m.channel == "ER"))], r"lacks declared channel\(s\) \['ER'\]"),
-        (lambda m, root: m.assign(gene="G1"), "no control tiles"),
+        (lambda m, root: m.assign(gene="G1"), "control_label 'ctrl' matches no perturbation"),
         (lambda m, root: pd.concat([m, m.iloc[:1]]), "several files for field"),
     ],
 )

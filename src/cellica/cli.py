@@ -214,7 +214,14 @@ def _cmd_inspect(ns: argparse.Namespace) -> None:
 
     from cellica.tilestore import TileStore
 
-    info = TileStore.open(ns.store).summary(max_stat_tiles=ns.stat_tiles)
+    store = TileStore.open(ns.store)
+    if ns.verify:
+        report = store.verify()
+        print(f"{store.path}: OK: {report['tiles']} tiles in {report['shards']} shard(s) read back; chunk "
+              f"checksums {'verified' if report['chunk_checksums'] else 'absent (a store written before crc32c)'}; "
+              f"content digest {'matches' if report['content_digest'] else 'not recorded (an older store)'}")
+        return
+    info = store.summary(max_stat_tiles=ns.stat_tiles)
     with pd.option_context("display.max_rows", ns.max_rows, "display.width", 120):
         print(f"store       {info['path']}")
         print(f"tiles       {info['n_tiles']} x {info['tile_shape']} {info['dtype']}")
@@ -369,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store", help="tile store (*.zarr)")
     p.add_argument("--stat-tiles", type=int, default=2048, help="tiles sampled for intensity stats")
     p.add_argument("--max-rows", type=int, default=30, help="rows shown per table")
+    p.add_argument("--verify", action="store_true",
+                   help="read every tile back: every shard present, every chunk's checksum and the content digest")
     p.set_defaults(func=_cmd_inspect)
     return parser
 

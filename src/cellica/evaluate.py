@@ -439,7 +439,9 @@ def _evaluate_seed(adata, p: EvalParams, seed: int, chunk, variant: str, threads
             order = np.argsort(-imp, kind="stable")
             row["top_features"] = ",".join(names[j] for j in order[:5] if imp[j] > 0)
             imps.append(pd.DataFrame({"seed": seed, "gene": row["gene"], "feature": names, "importance": imp}))
-    per_gene = pd.DataFrame(rows)
+    per_gene = pd.DataFrame(rows, columns=None if rows else ["gene", "seed", "variant", "skipped", "no_split"])
+    if not genes:
+        log.warning("%s: chunk %s holds no gene (more chunks than genes): empty table", variant, chunk)
     n_skipped = int(per_gene["skipped"].astype(bool).sum()) if len(per_gene) else 0
     n_no_split = int(per_gene["no_split"].sum()) if len(per_gene) else 0
     bins = f"{clf.levels} bins at control quantiles" if clf.levels else f"LightGBM's own bins (max_bin {p.max_bin})"

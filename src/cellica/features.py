@@ -22,6 +22,10 @@ from cellica.errors import CellicaError
 from cellica.logs import get_logger
 
 log = get_logger("features")
+# Plate-layout names that are metadata even when numeric and not declared.
+LAYOUT_NAMES = {"site", "field", "fov", "tile", "row", "column", "col", "well", "plate", "x", "y", "replicate",
+                "image", "imagenumber", "objectnumber", "tile_id", "sample_id", "guide", "sgrna", "concentration",
+                "dose", "time", "timepoint"}
 
 
 @dataclass
@@ -86,6 +90,13 @@ def import_features(path: str | os.PathLike, out: str | os.PathLike | None = Non
         mapped = set(p.column_map.values())
         declared = {*mapped, *p.extra_metadata, *OBS_REQUIRED, *([p.id_column] if p.id_column else [])}
         is_meta = [c in declared or (regex is not None and bool(regex.search(c))) for c in table.columns]
+        # Layout columns are never features, whatever their type (a numeric `site` would otherwise
+        # become one): they are kept as metadata, and the log says so.
+        layout = [c for c, m in zip(table.columns, is_meta, strict=True) if not m and c.lower() in LAYOUT_NAMES]
+        if layout:
+            log.warning("features table %s: column(s) %s look like plate-layout metadata and are kept as metadata, "
+                        "not features (declare them in extra_metadata to silence this)", path, layout)
+            is_meta = [m or c in layout for c, m in zip(table.columns, is_meta, strict=True)]
         feature_cols = [c for c, m in zip(table.columns, is_meta, strict=True) if not m]
         other_meta = [c for c, m in zip(table.columns, is_meta, strict=True) if m and c not in meta.columns]
         for c in other_meta:
@@ -106,6 +117,15 @@ def import_features(path: str | os.PathLike, out: str | os.PathLike | None = Non
             raise CellicaError(f"features table {path}: no numeric feature columns")
         meta.index = _sample_ids(table, meta, p.id_column, path)
         x = table[feature_cols].to_numpy(dtype=np.float64)
+        if not p.id_column:
+            dup = table.duplicated(keep="first")
+            if dup.any():
+                raise CellicaError(f"features table {path}: {int(dup.sum())} row(s) repeat another row exactly "
+                                   f"(metadata and features), first at row {int(np.flatnonzero(dup)[0]) + 2}; "
+                                   "drop the duplicates, or give an id_column if they are distinct samples")
+        log.info("features table %s: %d feature column(s) (%s%s); metadata: %s", path, len(feature_cols),
+                 ", ".join(feature_cols[:5]), ", ..." if len(feature_cols) > 5 else "",
+                 [c for c in table.columns if c not in feature_cols][:12])
         nan_cols = [c for c, bad in zip(feature_cols, ~np.isfinite(x).all(axis=0), strict=True) if bad]
         if nan_cols:
             raise CellicaError(

@@ -102,6 +102,10 @@ def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
                 "(the perturbation value of control wells)"
             )
         df["is_control"] = df["perturbation"].eq(p.control_label) if "perturbation" in df else False
+        if not df["is_control"].any():
+            seen = sorted(map(str, df["perturbation"].unique()))[:8] if "perturbation" in df else []
+            raise CellicaError(f"manifest {path}: control_label {p.control_label!r} matches no perturbation "
+                               f"(values include {seen}); no tile would be a control")
     missing = [c for c in MANIFEST_COLUMNS if c not in df.columns]
     if missing:
         raise CellicaError(
@@ -169,6 +173,7 @@ class _Fields:
     def __init__(self, manifest: pd.DataFrame, p: IngestParams, source: str):
         self.p = p
         self.source = source
+        self.channel_dtypes: dict[int, tuple[np.dtype, str]] = {}
         wanted = [str(c) for c in p.channels]
         unknown = sorted(set(manifest["channel"]) - set(wanted))
         if unknown:
@@ -197,10 +202,21 @@ class _Fields:
             raise CellicaError(f"manifest {source}: no complete field to ingest")
 
     def load(self, files: list[str]) -> np.ndarray:
+        """The field's channel images, stacked; every per-file problem names its file."""
         imgs = [read_image(f) for f in files]
         shapes = {f: im.shape for f, im in zip(files, imgs, strict=True)}
         if len(set(shapes.values())) > 1:
             raise CellicaError(f"channels of one field differ in shape: {shapes}")
+        for channel, (f, im) in enumerate(zip(files, imgs, strict=True)):
+            if im.dtype.kind == "f" and self.p.normalize is None:
+                raise CellicaError(f"image file {f}: float pixels ({im.dtype}) need normalize: percentile to "
+                                   "become integers")
+            # One bit depth per channel: an 8-bit file among 16-bit ones would sit at 0-255 beside
+            # values in the tens of thousands without anyone noticing.
+            first = self.channel_dtypes.setdefault(channel, (im.dtype, f))
+            if first[0] != im.dtype:
+                raise CellicaError(f"image file {f}: {im.dtype} pixels, but channel {self.p.channels[channel]!r} "
+                                   f"was {first[0]} in {first[1]}; convert the files to one bit depth")
         return np.stack(imgs)
 
 
@@ -240,7 +256,8 @@ def _plate_key(key: tuple) -> str:
     return f"{key[0]}/{key[1]}"
 
 
-def _to_dtype(stack: np.ndarray, dtype: np.dtype, norm: dict | None, source: str) -> np.ndarray:
+def _to_dtype(stack: np.ndarray, dtype: np.dtype, norm: dict | None, source: str,
+              files: list[str] | None = None) -> np.ndarray:
     info = np.iinfo(dtype)
     if norm is not None:
         lo = np.asarray(norm["low"])[:, None, None]
@@ -250,8 +267,11 @@ def _to_dtype(stack: np.ndarray, dtype: np.dtype, norm: dict | None, source: str
     if stack.dtype.kind == "f":
         raise CellicaError(f"{source}: float images need normalize: percentile to become integers")
     if stack.min() < 0 or stack.max() > info.max:
+        bad = int(np.flatnonzero((stack.reshape(len(stack), -1).min(axis=1) < 0)
+                                 | (stack.reshape(len(stack), -1).max(axis=1) > info.max))[0])
+        culprit = f"image file {files[bad]}" if files else source
         raise CellicaError(
-            f"{source}: pixel values {stack.min()}..{stack.max()} do not fit {dtype}; "
+            f"{culprit}: pixel values {stack[bad].min()}..{stack[bad].max()} do not fit {dtype}; "
             "choose dtype uint16 or normalize: percentile"
         )
     return stack.astype(dtype)
@@ -315,7 +335,7 @@ def ingest(
             h, w = stack.shape[1:]
             if h < p.tile_size or w < p.tile_size:
                 raise CellicaError(f"{where} ({files[0]}): {h}x{w} is smaller than tile_size {p.tile_size}")
-            stack = _to_dtype(stack, dtype, norms.get(_plate_key(key)), f"{where} ({files[0]})")
+            stack = _to_dtype(stack, dtype, norms.get(_plate_key(key)), where, files)
             corners, partial = tile_grid(h, w, p.tile_size, stride)
             n_partial += partial
             tiles = np.stack([stack[:, y : y + p.tile_size, x : x + p.tile_size] for y, x in corners])

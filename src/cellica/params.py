@@ -108,6 +108,9 @@ class TransformParams:
                 raise CellicaError(f"transform: {key} must be one of {allowed}, got {getattr(self, key)!r}")
         if not 0.0 < self.fit_fraction <= 1.0:
             raise CellicaError(f"transform: fit_fraction must be in (0, 1], got {self.fit_fraction}")
+        if self.n_components is not None and self.n_components > 1 and self.n_components != int(self.n_components):
+            raise CellicaError(f"transform: n_components must be a whole count (>= 1) or a variance fraction (< 1), "
+                               f"got {self.n_components}")
         if self.n_components is not None and self.n_components <= 0:
             raise CellicaError(f"transform: n_components must be > 0 (a count, or a variance fraction < 1), got {self.n_components}")
 

@@ -153,7 +153,7 @@ def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: Tra
         mean_loss = float(np.average(losses, weights=counts))
         history.append({"epoch": epoch + 1, "loss": mean_loss, "seconds": time.perf_counter() - t0})
         log.info("epoch %d/%d: loss %.4f, %.1f s", epoch + 1, p.epochs, mean_loss, history[-1]["seconds"])
-        with atomic_output(last, overwrite=True) as tmp:
+        with atomic_output(last, overwrite=True) as tmp, _writing(tmp, last):
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
                         "scheduler": sched.state_dict(), "epoch": epoch, "setup_key": _setup_key(setup),
                         "history": torch.tensor([[h["epoch"], h["loss"], h["seconds"]] for h in history], dtype=torch.float64)}, tmp)
@@ -161,6 +161,19 @@ def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: Tra
     save_model(model.cpu(), normalizer, out, extra={"training": summary})
     log.info("wrote %s (final loss %.4f)", out, summary["final_loss"])
     return summary
+
+
+@contextlib.contextmanager
+def _writing(tmp: Path, final: Path):
+    """torch's writer reports a full disk as a RuntimeError ("unexpected pos ..."): name the file."""
+    try:
+        yield
+    except RuntimeError as exc:
+        import shutil
+
+        free = shutil.disk_usage(tmp.parent).free / 1e6
+        raise CellicaError(f"{final}: could not write the checkpoint ({str(exc).splitlines()[0][:120]}); "
+                           f"{free:.0f} MB free on its disk") from None
 
 
 def _load_checkpoint(path: Path, device) -> dict[str, Any]:

@@ -244,8 +244,8 @@ class Transform:
             with np.load(path, allow_pickle=False) as data:
                 meta = json.loads(str(data["__meta__"]))
                 arrays = {k: data[k] for k in data.files if k != "__meta__"}
-        except (OSError, ValueError, KeyError) as exc:
-            raise CellicaError(f"transform model {path} is unreadable ({exc})") from None
+        except Exception as exc:  # numpy raises several types for a damaged or foreign file
+            raise CellicaError(f"transform model {path} is unreadable ({type(exc).__name__}: {exc})") from None
         obj = make_transform(meta["variant"], TransformParams(**meta["params"]))
         obj.arrays, obj.info, obj.in_features = arrays, meta["info"], meta["in_features"]
         return obj

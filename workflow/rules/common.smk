@@ -7,11 +7,15 @@ import shlex
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from cellica.configcheck import config_problem
 from cellica.report import entity_label
 from cellica.transforms import seeded_variants
 
 
-validate(config, schema="../schemas/config.schema.yaml")
+_problem = config_problem(config, workflow.source_path("../schemas/config.schema.yaml"))
+if _problem:
+    raise WorkflowError(f"invalid configuration:\n{_problem}")
+validate(config, schema="../schemas/config.schema.yaml")  # also fills in the defaults
 
 RESULTS = config["results_dir"]
 REPORTS = config["reports_dir"]
