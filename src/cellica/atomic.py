@@ -185,8 +185,9 @@ def atomic_outputs(paths: Sequence[str | os.PathLike], overwrite: bool = False) 
             else:
                 _journaled_commit(list(zip(tmps, finals, strict=True)), overwrite)
         except BaseException:
-            for t in tmps:
-                remove(t)
+            if not _hidden(finals[0], "journal").exists():  # a journaled commit keeps them to roll forward
+                for t in tmps:
+                    remove(t)
             raise
 
 

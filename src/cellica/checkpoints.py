@@ -58,8 +58,9 @@ def save_model(model: MaskedAutoencoder, normalizer: TileNormalizer, path: str |
     with atomic_outputs([path, sidecar_path(path)], overwrite=True) as (tmp, tmp_side):
         # Normalisation and architecture also travel in the weights' header, which weights_sha256
         # covers: an edited sidecar is then caught on loading.
-        save_file(state, str(tmp), metadata={"format": FORMAT, "normalization": json.dumps(normalizer.to_dict()),
-                                             "architecture": json.dumps(model.cfg.to_dict())})
+        # One metadata key: safetensors writes several in no fixed order, so files would differ byte-wise.
+        header = {"format": FORMAT, "normalization": normalizer.to_dict(), "architecture": model.cfg.to_dict()}
+        save_file(state, str(tmp), metadata={"cellica": json.dumps(header, sort_keys=True)})
         meta = {"format": FORMAT, "architecture": model.cfg.to_dict(),
                 "normalization": normalizer.to_dict(), "weights_sha256": file_sha256(tmp), **(extra or {})}
         tmp_side.write_text(json.dumps(meta, indent=2))
@@ -93,11 +94,11 @@ def read_sidecar(path: str | os.PathLike) -> dict[str, Any]:
         raise CellicaError(f"checkpoint {path}: its sha256 {actual[:12]}... differs from weights_sha256 "
                            f"{meta['weights_sha256'][:12]}... recorded in {side}: the weights or the sidecar were "
                            "changed or damaged")
-    header = _safetensors_header(path)
+    header = json.loads(_safetensors_header(path).get("cellica", "{}"))
     for key in ("normalization", "architecture"):
-        if key in header and json.loads(header[key]) != meta[key]:
+        if key in header and header[key] != meta[key]:
             raise CellicaError(f"checkpoint sidecar {side}: {key} differs from the one stored with the weights in "
-                               f"{path} ({json.loads(header[key])} vs {meta[key]}): the sidecar was edited")
+                               f"{path} ({header[key]} vs {meta[key]}): the sidecar was edited")
     return meta
 
 

@@ -593,8 +593,13 @@ def phenotypic_activity(adata, variant: str, p: EvalParams | None = None) -> pd.
     ap = average_precision(meta, feats, pos_sameby=["perturbation", "ref"], pos_diffby=[], neg_sameby=[],
                            neg_diffby=["perturbation", "ref"], progress_bar=False)
     ap = ap[ap["ref"] == -1]
-    m = mean_average_precision(ap, sameby=["perturbation"], null_size=p.map_null_size,
-                               threshold=p.map_threshold, seed=p.seed, progress_bar=False)
+    import tempfile
+
+    # copairs caches its null distributions under ~/.copairs by default: keep them out of the
+    # user's home (a throw-away folder; the null is seeded, so nothing is lost).
+    with tempfile.TemporaryDirectory(prefix="cellica-copairs-") as cache:
+        m = mean_average_precision(ap, sameby=["perturbation"], null_size=p.map_null_size,
+                                   threshold=p.map_threshold, seed=p.seed, progress_bar=False, cache_dir=cache)
     m = m.rename(columns={"mean_average_precision": "map", "corrected_p_value": "p_value_fdr",
                           "below_corrected_p": "significant"})
     m["variant"] = variant
