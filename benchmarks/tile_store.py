@@ -6,7 +6,9 @@ Writes N tiles of C x S x S uint16 (smooth random images, compressible like real
 microscopy) to a tile store and to per-channel PNG and TIFF files, then reads
 random batches of 64 tiles from each, cold and warm page cache alike (the files
 were just written, so all are warm: the comparison is decoding and file overhead).
-Prints tiles/s and MB/s and the store's speed-up over each per-file baseline.
+Prints tiles/s and MB/s and the store's speed-up over each per-file baseline, and what
+the per-chunk crc32c checksums cost: random and sequential reads of the same tiles from a
+store written with and without them, alternated over `--repeats` rounds (median ratio).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--shard-tiles", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     n, c, s = args.tiles, args.channels, args.size
     tiles = make_tiles(n, c, s)
@@ -61,9 +64,9 @@ def main() -> None:
         root = Path(tmp)
         rows = []
 
-        def write_store():
-            with TileStore.create(root / "s.zarr", [f"c{i}" for i in range(c)], (s, s), "uint16",
-                                  shard_tiles=args.shard_tiles) as w:
+        def write_store(name="s.zarr", checksums=True):
+            with TileStore.create(root / name, [f"c{i}" for i in range(c)], (s, s), "uint16",
+                                  shard_tiles=args.shard_tiles, checksums=checksums) as w:
                 for start in range(0, n, 256):
                     w.append(tiles[start : start + 256], metadata(n).iloc[start : start + 256])
 
@@ -110,6 +113,25 @@ def main() -> None:
         for base in ("PNG files", "TIFF files"):
             print(f"random read speed-up of the store over {base}: "
                   f"{reads[base] / reads['zarr store']:.2f}x; write: {writes[base] / writes['zarr store']:.2f}x")
+        checksum_cost(root, write_store, batches, args.repeats, n)
+
+
+def checksum_cost(root: Path, write_store, batches, repeats: int, n: int) -> None:
+    """Reads from stores with and without per-chunk crc32c, alternated: the checksums' cost."""
+    write_store("plain.zarr", checksums=False)
+    stores = {"crc32c": TileStore.open(root / "s.zarr"), "none": TileStore.open(root / "plain.zarr")}
+    assert np.array_equal(stores["crc32c"].read(batches[0]), stores["none"].read(batches[0]))
+    rand = {k: [] for k in stores}
+    seq = {k: [] for k in stores}
+    for _ in range(repeats):
+        for k, st in stores.items():
+            rand[k].append(time_it(lambda st=st: [st.read(b) for b in batches]))
+            seq[k].append(time_it(lambda st=st: [None for _ in st.iter_blocks()]))
+    n_read = sum(len(b) for b in batches)
+    for label, times, count in (("random batches", rand, n_read), ("sequential", seq, n)):
+        with_crc, without = np.median(times["crc32c"]), np.median(times["none"])
+        print(f"checksums, {label}: {count / with_crc:,.0f} tiles/s with crc32c vs {count / without:,.0f} without "
+              f"({without / with_crc:.2f}x of the throughput without; median of {repeats})")
 
 
 if __name__ == "__main__":

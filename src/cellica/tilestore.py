@@ -162,6 +162,7 @@ class TileStore:
         provenance: Mapping[str, Any] | None = None,
         shard_tiles: int = 256,
         overwrite: bool = False,
+        checksums: bool = True,
     ) -> TileStoreWriter:
         """Start writing a new store; returns a :class:`TileStoreWriter`.
 
@@ -181,10 +182,13 @@ class TileStore:
             Tiles per shard file; a million tiles become ``1e6 / shard_tiles`` files.
         overwrite
             Replace an existing store at ``path`` (only once the new one is complete).
+        checksums
+            A crc32c checksum per chunk, verified on every read (default). ``False`` only
+            for measuring what the checksums cost (``benchmarks/tile_store.py``).
         """
         return TileStoreWriter(
             Path(path), list(channel_names), tuple(tile_size), dtype, dict(provenance or {}),
-            shard_tiles, overwrite,
+            shard_tiles, overwrite, checksums,
         )
 
     # ------------------------------------------------------------------ shape
@@ -428,6 +432,7 @@ class TileStoreWriter:
         provenance: dict,
         shard_tiles: int,
         overwrite: bool,
+        checksums: bool = True,
     ):
         import zarr
         from zarr.codecs import BloscCodec, BloscShuffle, Crc32cCodec
@@ -469,7 +474,7 @@ class TileStoreWriter:
             shards=(self.shard_tiles, *self.tile_shape),
             dtype=self.dtype,
             # Every chunk carries a crc32c checksum (the shard index has its own): reads verify it.
-            compressors=(BloscCodec(cname="zstd", clevel=5, shuffle=shuffle), Crc32cCodec()),
+            compressors=(BloscCodec(cname="zstd", clevel=5, shuffle=shuffle), *([Crc32cCodec()] if checksums else [])),
             dimension_names=("tile", "channel", "y", "x"),
             fill_value=0,
         )
@@ -478,7 +483,7 @@ class TileStoreWriter:
             "channel_names": channel_names,
             "dtype": str(self.dtype),
             "shard_tiles": self.shard_tiles,
-            "checksums": "crc32c",
+            "checksums": "crc32c" if checksums else "none",
             "cellica_version": __version__,
             "provenance": provenance,
         }
