@@ -383,3 +383,18 @@ def test_copairs_cache_stays_out_of_home(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "home", classmethod(lambda cls: tmp_path))
     phenotypic_activity(screen(), "v", EvalParams(map_null_size=100))
     assert not (tmp_path / ".copairs").exists()
+
+
+def test_disk_full_while_checkpointing_is_one_line(tmp_path, tiny_store, capsys, monkeypatch):
+    import torch
+
+    def full(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 3001600 vs 3001488")
+
+    monkeypatch.setattr(torch, "save", full)
+    code, err = cli(capsys, "train-mae", "--store", str(tiny_store.path), "--out", str(tmp_path / "m.safetensors"),
+                    "--depth", "1", "--epochs", "1", "--batch-size", "16", "--patch-size", "8", "--decoder-dim", "32",
+                    "--decoder-heads", "2")
+    line = one_line(err)
+    assert code == 2 and "last.pt: could not write the checkpoint" in line and "MB free on its disk" in line
+    assert not list((tmp_path / "checkpoints").glob(".last.pt*"))
