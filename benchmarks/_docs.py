@@ -25,14 +25,14 @@ def write_block(path: Path, name: str, text: str) -> None:
 
 def markdown(table: pd.DataFrame, floatfmt: str = ".3f") -> str:
     """A DataFrame as a GitHub markdown table (numbers formatted, NaN as n/a)."""
-    cols = list(table.columns)
-    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    cols = [str(c).replace("|", "\\|") for c in table.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in table.itertuples(index=False):
         cells = []
         for v in row:
             if isinstance(v, float):
                 cells.append("n/a" if v != v else format(v, floatfmt))
             else:
-                cells.append(str(v).replace("|", "/"))
+                cells.append(str(v).replace("|", "\\|"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

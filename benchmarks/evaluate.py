@@ -108,8 +108,8 @@ def agreement(case: str, data, extra: dict, seeds: list[int], threads: int) -> l
         rows.append({"case": case, "metric": label, "genes": int(d.size), "seeds": len(seeds),
                      "fast - faithful": mean, "95% CI low": lo, "95% CI high": hi,
                      "agrees": "yes" if lo <= 0 <= hi and -0.01 <= lo and hi <= 0.01 else "NO",
-                     "mean |fast - faithful| per gene": float(d.abs().mean()),
-                     "faithful seed noise, mean |diff|": float(noise.abs().mean()),
+                     "mean abs(fast - faithful) per gene": float(d.abs().mean()),
+                     "faithful seed noise, mean abs(diff)": float(noise.abs().mean()),
                      "faithful mean": float(faithful.groupby("gene")[metric].mean().mean())})
     print(f"{case}: {time.perf_counter() - t0:.0f} s", flush=True)
     return rows

@@ -55,6 +55,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--shard-tiles", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--docs", action="store_true", help="write the checksum-cost table into docs/benchmarks.md")
     args = ap.parse_args()
     n, c, s = args.tiles, args.channels, args.size
     tiles = make_tiles(n, c, s)
@@ -113,10 +114,14 @@ def main() -> None:
         for base in ("PNG files", "TIFF files"):
             print(f"random read speed-up of the store over {base}: "
                   f"{reads[base] / reads['zarr store']:.2f}x; write: {writes[base] / writes['zarr store']:.2f}x")
-        checksum_cost(root, write_store, batches, args.repeats, n)
+        cost = checksum_cost(root, write_store, batches, args.repeats, n)
+        if args.docs:
+            from _docs import DOCS, markdown, write_block
+
+            write_block(DOCS / "benchmarks.md", "tile-store-checksums", markdown(cost, ".2f"))
 
 
-def checksum_cost(root: Path, write_store, batches, repeats: int, n: int) -> None:
+def checksum_cost(root: Path, write_store, batches, repeats: int, n: int) -> pd.DataFrame:
     """Reads from stores with and without per-chunk crc32c, alternated: the checksums' cost."""
     write_store("plain.zarr", checksums=False)
     stores = {"crc32c": TileStore.open(root / "s.zarr"), "none": TileStore.open(root / "plain.zarr")}
@@ -128,10 +133,14 @@ def checksum_cost(root: Path, write_store, batches, repeats: int, n: int) -> Non
             rand[k].append(time_it(lambda st=st: [st.read(b) for b in batches]))
             seq[k].append(time_it(lambda st=st: [None for _ in st.iter_blocks()]))
     n_read = sum(len(b) for b in batches)
-    for label, times, count in (("random batches", rand, n_read), ("sequential", seq, n)):
+    rows = []
+    for label, times, count in (("random batches of 64", rand, n_read), ("sequential", seq, n)):
         with_crc, without = np.median(times["crc32c"]), np.median(times["none"])
         print(f"checksums, {label}: {count / with_crc:,.0f} tiles/s with crc32c vs {count / without:,.0f} without "
-              f"({without / with_crc:.2f}x of the throughput without; median of {repeats})")
+              f"({without / with_crc:.2f}x of the throughput without; median of {repeats})", flush=True)
+        rows.append({"read": label, "tiles/s with crc32c": count / with_crc, "tiles/s without": count / without,
+                     "ratio": without / with_crc, "rounds": repeats})
+    return pd.DataFrame(rows)
 
 
 if __name__ == "__main__":
