@@ -19,6 +19,7 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 
+from cellica.compare import summary_table
 from cellica.report import ReportBuilder, ReportInputs
 
 
@@ -40,7 +41,8 @@ def main() -> None:
                            index=[f"s{i}" for i in range(args.samples)])
         obs["is_control"] = obs["perturbation"] == "ctrl"
         feats = [f"f{j}" for j in range(args.dims)]
-        fpr = json.dumps(np.linspace(0, 1, 40).round(3).tolist())
+        grid = np.linspace(0, 1, 40).round(3).tolist()
+        folds = json.dumps([[grid, grid], [grid, grid]])
         for v in variants:
             (root / v).mkdir()
             pg = pd.DataFrame({"gene": genes, "variant": v, "n_samples": 64, "n_controls": 1000, "guides": "g1,g2",
@@ -48,7 +50,8 @@ def main() -> None:
                                "auroc_mean": rng.uniform(0.5, 0.9, args.genes), "auroc_sd": 0.05,
                                "auroc_within": 0.8, "sparsity": rng.uniform(0.5, 0.9, args.genes),
                                "concentration": rng.uniform(0, 0.4, args.genes), "n_folds": 2,
-                               "roc_fpr": fpr, "roc_tpr": fpr, "top_features": "f1,f2", "notes": ""})
+                               "roc_folds": folds, "top_features": "f1,f2", "notes": "", "seed": 0, "split": "batch",
+                               "no_split": False, "n_features": args.dims})
             pg.to_parquet(root / v / "per_gene.parquet")
             imp = pd.DataFrame({"gene": np.repeat(genes, args.dims), "feature": feats * args.genes,
                                 "importance": rng.exponential(size=args.genes * args.dims) * (rng.random(args.genes * args.dims) < 0.1)})
@@ -56,9 +59,9 @@ def main() -> None:
             ad.AnnData(rng.standard_normal((args.samples, args.dims), dtype=np.float32), obs=obs,
                        var=pd.DataFrame(index=feats)).write_h5ad(root / f"{v}.h5ad")
             per_gene[v], importances[v], features[v] = root / v / "per_gene.parquet", root / v / "importances.parquet", root / f"{v}.h5ad"
-            for m in ("auroc_mean", "sparsity", "concentration"):
-                summary.append({"table": "per_variant", "row": "mean", "variant": v, "metric": m, "value": float(pg[m].mean())})
-        pd.DataFrame(summary).to_parquet(root / "summary.parquet")
+            summary.append(pg)
+        summary_table(pd.concat(summary, ignore_index=True), pd.DataFrame(), pd.DataFrame(), n_boot=200).to_parquet(
+            root / "summary.parquet")
         inputs = ReportInputs(summary=root / "summary.parquet", per_gene=per_gene, importances=importances,
                               features=features)
         t0 = time.perf_counter()
