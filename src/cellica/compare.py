@@ -308,9 +308,7 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
         cols = [c for c in batch.columns if c in BATCH_COLUMNS or c.startswith(("truth_", "batch_accuracy"))]
         extra.append(batch.set_index("variant")[cols])
     for t in extra:
-        long = t.reset_index().melt(id_vars="variant", var_name="metric")
-        extra_rows = long.assign(table="per_variant", row="mean")
-        means = pd.concat([means, extra_rows], ignore_index=True)
+        means = pd.concat([means, _with_intervals(t)], ignore_index=True)
     n_features = per_gene.groupby("variant")["n_features"].first().to_dict() if "n_features" in per_gene else {}
     comps = compare_variants(values, n_features, n_boot, seed).assign(table="comparison")
     claims = claims_table(comps, batch).rename(columns={"claim": "row"}).assign(table="claim", metric="claim")
@@ -321,6 +319,18 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
     out["n"] = out["n"].fillna(0).astype(int)
     for c in ("row", "variant", "metric", "verdict", "detail"):
         out[c] = out[c].fillna("").astype(str)
+    return out
+
+
+def _with_intervals(t: pd.DataFrame) -> pd.DataFrame:
+    """Per-variant columns as long rows; ``X_ci_low`` / ``X_ci_high`` columns become X's interval."""
+    long = t.reset_index().melt(id_vars="variant", var_name="metric")
+    bounds = long["metric"].str.extract(r"^(?P<base>.+)_ci_(?P<side>low|high)$")
+    is_bound = bounds["base"].notna()
+    out = long[~is_bound].assign(table="per_variant", row="mean")
+    for side in ("low", "high"):
+        b = long[is_bound & (bounds["side"] == side)].assign(metric=bounds["base"])
+        out = out.merge(b.rename(columns={"value": f"ci_{side}"}), on=["variant", "metric"], how="left")
     return out
 
 

@@ -56,6 +56,7 @@ COUNT_METRICS = {
     "n_genes_no_split": "... whose classifiers made no split (AUROC 0.5 by construction)",
     "n_genes_skipped": "{entity}s skipped (too few samples)", "n_features": "features",
 }
+MISSED_AUROC = 0.6  # a simulated strong effect that no variant detects above this is flagged on its page
 FEATURE_COLOR = "#555b6e"  # importance bars: features, not variants, so not a variant colour
 DIRECTION = {True: "higher is better", False: "lower is better", None: ""}
 
@@ -388,6 +389,10 @@ class ReportBuilder:
                      "found": [{"variant": v, "factor": rows.loc[v].get("top_feature_factor", ""),
                                 "corr": _fmt(rows.loc[v].get("top_feature_factor_corr")),
                                 "hit": bool(rows.loc[v].get("top_feature_hits_truth", False))} for v in variants]}
+            best = max((float(rows.loc[v].get("auroc_mean", np.nan)) for v in variants), default=np.nan)
+            if eff["effect_class"] == "strong" and not best > MISSED_AUROC:
+                truth["missed"] = (f"a strong true effect, but no variant's held-out AUROC exceeds {MISSED_AUROC} "
+                                   f"(best {_fmt(best)}): the embedding may not carry the factor(s) it moves")
         return {"gene": gene, "table": table, "guides_table": guides, "entity": self.inp.entity,
                 "no_split": bool(rows["no_split"].any()) if "no_split" in rows else False,
                 "seed": int(self.seeds[0]), "n_seeds": len(self.seeds), "charts": charts, "importance": importance, "embeddings": embeddings,
