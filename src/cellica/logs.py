@@ -16,11 +16,24 @@ def get_logger(name: str | None = None) -> logging.Logger:
     return logging.getLogger(LOGGER_NAME if name is None else f"{LOGGER_NAME}.{name}")
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of each record (not the one at set-up:
+    a replaced stream, e.g. by a test's capture, may be closed by then)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def configure(level: str = "INFO") -> None:
     """Send cellica's log lines to stderr (Snakemake's ``log:`` captures it)."""
     logger = get_logger()
     if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _CurrentStderr()
         handler.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
         )
