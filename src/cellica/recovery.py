@@ -179,13 +179,12 @@ def infomec(latents: np.ndarray, sources: np.ndarray, n_bins: int = 10) -> dict[
 
 
 def _infoe(z: np.ndarray, s_codes: np.ndarray) -> float:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import log_loss
-    from sklearn.preprocessing import StandardScaler
-
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import log_loss
+    from sklearn.preprocessing import StandardScaler
 
     z = StandardScaler().fit_transform(z)
     scores = []
