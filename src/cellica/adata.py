@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from cellica.atomic import atomic_output
+from cellica.contracts import as_bool
 from cellica.errors import CellicaError
 from cellica.logs import get_logger
-from cellica.tilestore import _as_bool
 
 log = get_logger("adata")
 
@@ -42,7 +42,7 @@ def check_obs(obs: pd.DataFrame, source: str) -> pd.DataFrame:
         if obs[col].isna().any():
             raise CellicaError(f"{source}: column {col!r} has {int(obs[col].isna().sum())} empty value(s)")
         obs[col] = obs[col].astype(str)
-    obs["is_control"] = _as_bool(obs["is_control"], source)
+    obs["is_control"] = as_bool(obs["is_control"], source)
     if not obs.index.is_unique:
         dup = obs.index[obs.index.duplicated()][:5].tolist()
         raise CellicaError(f"{source}: sample ids are not unique, e.g. {dup}")

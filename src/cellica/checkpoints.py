@@ -156,7 +156,7 @@ def _adapt(enc_state: dict[str, torch.Tensor], cfg: MAEConfig, n_prefix: int, ad
            source: str, store: str) -> dict[str, torch.Tensor]:
     """Fit the patch embedding and position embedding of a checkpoint to the store."""
     from timm.layers import resample_abs_pos_embed
-    from timm.models._manipulate import adapt_input_conv
+    from timm.models import adapt_input_conv
 
     key = "patch_embed.proj.weight"
     if key not in enc_state:

@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 
 from cellica import __version__
 from cellica.adata import aggregate_wells
+from cellica.contracts import FIT_COL
 from cellica.errors import CellicaError
 from cellica.logs import get_logger
 from cellica.metrics import biological_variation, concentration, hoyer_sparsity
@@ -320,8 +321,6 @@ def prepare(adata, p: EvalParams):
     nothing to hold back: the evaluation reuses them, with a loud warning (the
     classifiers then compare perturbations with controls the transform was fit on).
     """
-    from cellica.transforms import FIT_COL
-
     obs = adata.obs
     ctrl = obs["is_control"].to_numpy(dtype=bool)
     if FIT_COL in obs and obs[FIT_COL].any():

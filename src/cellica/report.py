@@ -22,6 +22,7 @@ import pandas as pd
 
 from cellica import __version__
 from cellica.atomic import atomic_output, read_parquet
+from cellica.contracts import FIT_COL
 from cellica.errors import CellicaError
 from cellica.evaluate import mean_roc
 from cellica.logs import get_logger
@@ -377,7 +378,7 @@ class ReportBuilder:
         if some is not None:
             obs = some.obs
             # Controls that fitted the transforms are not compared with the genes: count the others.
-            held = ~obs["transform_fit"].astype(bool) if "transform_fit" in obs else True
+            held = ~obs[FIT_COL].astype(bool) if FIT_COL in obs else True
             sub = obs[((obs["perturbation"].astype(str) == gene) | obs["is_control"]) & held]
             counts = (sub.assign(kind=np.where(sub["is_control"], "held-back controls", gene))
                       .groupby(["batch", "kind"], observed=True).size().unstack(fill_value=0).reset_index().to_dict("records"))

@@ -36,6 +36,7 @@ from cellica.atomic import (
     remove,
     tmp_sibling,
 )
+from cellica.contracts import as_bool
 from cellica.errors import CellicaError
 from cellica.logs import get_logger
 
@@ -85,24 +86,8 @@ def normalise_metadata(metadata: pd.DataFrame, source: str = "metadata") -> pd.D
         out["site"] = pd.to_numeric(out["site"], downcast=None).astype("int64")
     except (ValueError, TypeError) as exc:
         raise CellicaError(f"{source}: column 'site' must be integers ({exc})") from None
-    out["is_control"] = _as_bool(out["is_control"], source)
+    out["is_control"] = as_bool(out["is_control"], source)
     return out
-
-
-_TRUE = {"true", "1", "yes", "t", "y"}
-_FALSE = {"false", "0", "no", "f", "n"}
-
-
-def _as_bool(col: pd.Series, source: str) -> pd.Series:
-    if col.dtype == bool:
-        return col
-    text = col.astype(str).str.strip().str.lower()
-    bad = ~text.isin(_TRUE | _FALSE)
-    if bad.any():
-        raise CellicaError(
-            f"{source}: column 'is_control' has value {col[bad].iloc[0]!r}; use true/false"
-        )
-    return text.isin(_TRUE)
 
 
 def duplicated_ids(tile_ids: pd.Series) -> list[str]:

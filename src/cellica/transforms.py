@@ -43,6 +43,7 @@ import pandas as pd
 from cellica import __version__
 from cellica.adata import make_adata
 from cellica.atomic import atomic_output
+from cellica.contracts import FIT_COL
 from cellica.errors import CellicaError
 from cellica.ica import canonicalise, fit_rotation, haar_rotation, whiteness_error
 from cellica.logs import get_logger
@@ -56,7 +57,6 @@ WHITE_TOL = 0.05  # largest |cov - I| entry at which a fit set still counts as w
 
 
 # ---------------------------------------------------------------------- helpers
-FIT_COL = "transform_fit"
 
 
 def controls_mask(obs: pd.DataFrame) -> np.ndarray:
