@@ -139,7 +139,7 @@ def checksum_cost(root: Path, write_store, batches, repeats: int, n: int) -> pd.
         print(f"checksums, {label}: {count / with_crc:,.0f} tiles/s with crc32c vs {count / without:,.0f} without "
               f"({without / with_crc:.2f}x of the throughput without; median of {repeats})", flush=True)
         rows.append({"read": label, "tiles/s with crc32c": count / with_crc, "tiles/s without": count / without,
-                     "ratio": without / with_crc, "rounds": repeats})
+                     "throughput with / without": without / with_crc, "rounds": repeats})
     return pd.DataFrame(rows)
 
 
