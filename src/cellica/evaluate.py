@@ -36,6 +36,7 @@ fits with each seed (LightGBM's seed and the random splits); the tables carry a
 from __future__ import annotations
 
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -54,6 +55,7 @@ from cellica.metrics import biological_variation, concentration, hoyer_sparsity
 from cellica.params import EvalParams
 
 log = get_logger("evaluate")
+_LGB_LOCK = threading.Lock()  # see GeneClassifiers.fit_predict
 
 
 def lgb_params(p: EvalParams, seed: int) -> dict[str, Any]:
@@ -165,17 +167,31 @@ class GeneClassifiers:
         return ds
 
     def fit_predict(self, train: np.ndarray, y_train: np.ndarray, test: np.ndarray):
-        """Train on rows ``train`` with labels, predict rows ``test``; returns (scores, booster)."""
-        if self.full is not None:
-            ds = self.full.subset(np.sort(train)).construct()
-            order = np.argsort(np.argsort(train))  # labels follow the sorted row order
-            y_sorted = np.empty_like(y_train)
-            y_sorted[order] = y_train
-            ds.set_label(y_sorted.astype(float))
-        else:
-            ds = self.lgb.Dataset(self.inputs[train], label=y_train.astype(float), params=self._ds_params())
-        booster = self.lgb.train(self.params, ds, num_boost_round=self.p.n_trees)
-        return booster.predict(self.inputs[test]), booster
+        """Train on rows ``train`` with labels, predict rows ``test``; returns (scores, importances).
+
+        Equal to ``lightgbm.train(params, Dataset(...), n_trees)``. LightGBM's C API crashed
+        (segmentation fault) when one thread created a Dataset while another freed a Booster,
+        so creation, prediction and freeing hold one process-wide lock; only the boosting
+        rounds, nearly all of the time, run in parallel.
+        """
+        with _LGB_LOCK:
+            if self.full is not None:
+                ds = self.full.subset(np.sort(train)).construct()
+                order = np.argsort(np.argsort(train))  # labels follow the sorted row order
+                y_sorted = np.empty_like(y_train)
+                y_sorted[order] = y_train
+                ds.set_label(y_sorted.astype(float))
+            else:
+                ds = self.lgb.Dataset(self.inputs[train], label=y_train.astype(float),
+                                      params=self._ds_params()).construct()
+            booster = self.lgb.Booster(params=self.params, train_set=ds)
+        for _ in range(self.p.n_trees):  # as lightgbm.train: every round, even after no split is left
+            booster.update()
+        with _LGB_LOCK:
+            score = booster.predict(self.inputs[test])
+            imp = booster.feature_importance(importance_type=self.p.importance_type).astype(np.float64)
+            del booster, ds  # the last references: freed here, under the lock
+        return score, imp
 
     # ------------------------------------------------------------------ one gene
     def evaluate_gene(self, gene: str) -> tuple[dict[str, Any], np.ndarray | None]:
@@ -199,13 +215,12 @@ class GeneClassifiers:
         aurocs, guide_auc, sparsities, concs, imps, curves = [], {}, [], [], [], []
         for train, test in folds:
             y_train, y_test = pert[train], pert[test]
-            score, booster = self.fit_predict(train, y_train, test)
+            score, imp = self.fit_predict(train, y_train, test)
             aurocs.append(_auroc(y_test, score))
             curves.append(_roc_points(y_test, score))
             for g in sorted(set(self.guide[test][y_test])):
                 keep = ~y_test | (self.guide[test] == g)
                 guide_auc.setdefault(g, []).append(_auroc(y_test[keep], score[keep]))
-            imp = booster.feature_importance(importance_type=p.importance_type).astype(np.float64)
             imps.append(imp)
             sparsities.append(hoyer_sparsity(imp))
             bio_test = biological_variation(self.x[test][y_test], self.x[test][~y_test])
