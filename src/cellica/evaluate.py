@@ -188,6 +188,8 @@ class GeneClassifiers:
         for _ in range(self.p.n_trees):  # as lightgbm.train: every round, even after no split is left
             booster.update()
         with _LGB_LOCK:
+            # As lightgbm.train returns it: the model re-read from its text (rounded split gains).
+            booster.model_from_string(booster.model_to_string())
             score = booster.predict(self.inputs[test])
             imp = booster.feature_importance(importance_type=self.p.importance_type).astype(np.float64)
             del booster, ds  # the last references: freed here, under the lock
