@@ -161,7 +161,7 @@ def check_slurm_settings():
             f"SLURM run stopped before submitting anything: set {' and '.join(sorted(missing))} under "
             "default-resources in workflow/profiles/slurm/config.yaml (or your copy of it), or per rule "
             f"under set-resources; rules that would be submitted: {', '.join(rules)}. "
-            "See README 'Running on a SLURM cluster'."
+            "See docs/hpc.md."
         )
 
 
