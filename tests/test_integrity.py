@@ -107,14 +107,12 @@ def test_flipped_bytes_fail_the_checksum(store_copy, capsys, tiny_model, tmp_pat
 
 def test_verify_passes_on_a_good_store_and_catches_changed_metadata(store_copy, capsys):
     code, _ = cli(capsys, "inspect", str(store_copy), "--verify")
-    out = capsys.readouterr
     assert code == 0
     meta = pd.read_parquet(store_copy / "metadata.parquet")
     meta.loc[0, "perturbation"] = "EDITED"
     meta.to_parquet(store_copy / "metadata.parquet", index=False)
     code, err = cli(capsys, "inspect", str(store_copy), "--verify")
     assert code == 2 and "differ from the digest recorded" in one_line(err)
-    del out
 
 
 # ---------------------------------------------------------------------- safe replace
