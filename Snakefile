@@ -5,7 +5,13 @@ from snakemake.utils import min_version
 min_version("8.20")
 
 
-configfile: "config/config.yaml"
+# The demo's settings apply only to a plain run: a run with --configfile starts from the
+# defaults and the user's file alone (the run log lists every non-default value and its origin).
+DEMO_CONFIG = "config/config.yaml"
+
+if not workflow.overwrite_configfiles:
+
+    configfile: DEMO_CONFIG
 
 
 include: "workflow/rules/common.smk"
@@ -16,10 +22,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 
 
-if config["source"] != "features":
-
-    include: "workflow/rules/stability.smk"
-
+include: "workflow/rules/stability.smk"
 
 
 rule all:

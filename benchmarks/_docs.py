@@ -1,38 +1,11 @@
-"""Write a benchmark's own output into the docs, between markers, so no figure is copied by hand."""
+"""Where the benchmarks write their tables: the docs folder, between markers (see
+:mod:`cellica.core.docs`), so no figure is copied by hand."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
+from cellica.core.docs import markdown, write_block
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-
-
-def write_block(path: Path, name: str, text: str) -> None:
-    """Replace the lines between ``<!-- name:start -->`` and ``<!-- name:end -->`` of ``path``
-    (appending the block if the markers are absent) with ``text``."""
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    block = f"{start}\n{text.rstrip()}\n{end}"
-    old = path.read_text() if path.is_file() else ""
-    if start in old and end in old:
-        new = old[: old.index(start)] + block + old[old.index(end) + len(end):]
-    else:
-        new = old.rstrip() + ("\n\n" if old else "") + block + "\n"
-    path.write_text(new)
-    print(f"wrote the {name!r} table into {path}", flush=True)
-
-
-def markdown(table: pd.DataFrame, floatfmt: str = ".3f") -> str:
-    """A DataFrame as a GitHub markdown table (numbers formatted, NaN as n/a)."""
-    cols = [str(c).replace("|", "\\|") for c in table.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in table.itertuples(index=False):
-        cells = []
-        for v in row:
-            if isinstance(v, float):
-                cells.append("n/a" if v != v else format(v, floatfmt))
-            else:
-                cells.append(str(v).replace("|", "\\|"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+__all__ = ["DOCS", "markdown", "write_block"]

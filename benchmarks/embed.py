@@ -22,11 +22,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from cellica.checkpoints import save_model
-from cellica.embed import EmbedParams, embed_store
-from cellica.loader import TileBlocks, make_loader
-from cellica.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
-from cellica.simulate import SimulationParams, simulate_screen
+from cellica.embed.checkpoints import save_model
+from cellica.embed.extract import embed_store
+from cellica.embed.loader import TileBlocks, make_loader
+from cellica.embed.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
+from cellica.embed.params import EmbedParams
+from cellica.store.params import SimulationParams
+from cellica.store.simulate import simulate_screen
 
 BF16_PEAK_TFLOPS = 989.0
 

@@ -39,9 +39,10 @@ import numpy as np
 import pandas as pd
 from _docs import DOCS, markdown, write_block
 
-from cellica.compare import bootstrap_ci
-from cellica.evaluate import evaluate_genes
-from cellica.params import EvalParams, TransformParams
+from cellica.evaluate.compare import bootstrap_ci
+from cellica.evaluate.genes import evaluate_genes
+from cellica.evaluate.params import EvalParams
+from cellica.transform.params import TransformParams
 
 REPO = Path(__file__).resolve().parents[1]
 BBBC021 = REPO.parent / "shared" / "data" / "bbbc021_profiles_weeks1-5" / "bbbc021_weeks1-5_well_profiles.csv.gz"
@@ -68,8 +69,9 @@ def bbbc021(perturbation: str):
     """BBBC021 profiles whitened like the example config (pca variant), or None without ../shared."""
     if not BBBC021.is_file():
         return None
-    from cellica.features import FeatureTableParams, import_features
-    from cellica.transforms import make_transform
+    from cellica.embed.features import import_features
+    from cellica.embed.params import FeatureTableParams
+    from cellica.transform.variants import make_transform
 
     cols = {"plate": "Metadata_Plate", "well": "Metadata_Well", "batch": "Metadata_Batch",
             "perturbation": perturbation, "is_control": "Metadata_is_control"}

@@ -1,7 +1,7 @@
 """ICA back-ends on whitened float32 data: time to converge and Amari distance, in one process.
 
     python benchmarks/ica.py [--shapes 22062x128,22062x384,100000x384] [--backends cellica,sklearn,picard]
-                             [--max-iter 200] [--demo results/embeddings/embeddings.h5ad]
+                             [--max-iter 200] [--demo results/embeddings/seed0/embeddings.h5ad]
                              [--transform-stage]
 
 Synthetic data: Laplace sources (unit variance) mixed by a Haar-random rotation, so
@@ -27,7 +27,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from cellica.ica import amari_distance, fit_rotation, haar_rotation
+from cellica.transform.ica import amari_distance, fit_rotation, haar_rotation
+from cellica.transform.params import IcaParams
 
 
 def synthetic(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -45,9 +46,10 @@ def demo_whitened(path: str, config: str) -> np.ndarray:
 
     import yaml
 
-    from cellica.adata import read_h5ad
-    from cellica.params import TransformParams
-    from cellica.transforms import controls_mask, make_transform
+    from cellica.core.adata import read_h5ad
+    from cellica.transform.base import controls_mask
+    from cellica.transform.params import TransformParams
+    from cellica.transform.variants import make_transform
 
     with open(config) as fh:
         section = yaml.safe_load(fh).get("transform") or {}
@@ -61,7 +63,7 @@ def warm_up(backends) -> None:
     """One tiny fit per back-end, so the timed fits do not pay for imports and first calls."""
     x, _ = synthetic(500, 4, seed=99)
     for b in backends:
-        fit_rotation(x, backend=b, max_iter=20, tol=1e-4)
+        fit_rotation(x, IcaParams(backend=b, max_iter=20, tol=1e-4))
 
 
 def run(x, backends, max_iter, mixing=None) -> list[dict]:
@@ -69,7 +71,7 @@ def run(x, backends, max_iter, mixing=None) -> list[dict]:
     for b in backends:
         t0 = time.perf_counter()
         try:
-            res = fit_rotation(x, backend=b, max_iter=max_iter, tol=1e-4)
+            res = fit_rotation(x, IcaParams(backend=b, max_iter=max_iter, tol=1e-4))
         except Exception as err:  # noqa: BLE001 - a failed reference is a result, not a crash
             rows.append({"backend": b, "seconds": time.perf_counter() - t0, "iterations": np.nan,
                          "converged": f"failed: {type(err).__name__}: {err}", "rel. gradient": np.nan, "amari": np.nan})
@@ -81,6 +83,25 @@ def run(x, backends, max_iter, mixing=None) -> list[dict]:
     return rows
 
 
+def write_docs(tables: dict[str, pd.DataFrame], args) -> None:
+    """The tables, as run, into docs/benchmarks.md (no figure copied by hand)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _docs import DOCS, markdown, write_block
+
+    parts = [f"`python benchmarks/ica.py --docs` (one process, every back-end after a warm-up, at most "
+             f"{args.max_iter} iterations, tol 1e-4; Laplace sources mixed by a known Haar rotation; the demo "
+             "row: the demo's fit controls whitened as the transform stage does, no known mixing). Speed-up = "
+             "scikit-learn's seconds / the back-end's: it counts only at an equal or lower Amari distance."]
+    for name, t in tables.items():
+        shown = t.copy()
+        shown["converged"] = shown["converged"].astype(str)
+        parts += ["", f"**{name}**", "", markdown(shown, floatfmt=".4g")]
+    write_block(DOCS / "benchmarks.md", "ica-speed", "\n".join(parts))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="22062x128,22062x384")
@@ -89,6 +110,7 @@ def main() -> None:
     ap.add_argument("--demo", default=None, help="embeddings .h5ad for the real-shaped case")
     ap.add_argument("--config", default="config/config.yaml", help="its transform settings whiten --demo")
     ap.add_argument("--transform-stage", action="store_true", help="also time the whole pca_ica transform")
+    ap.add_argument("--docs", action="store_true", help="write the tables into docs/benchmarks.md (ica-speed)")
     args = ap.parse_args()
     backends = args.backends.split(",")
     warm_up(backends)
@@ -107,10 +129,12 @@ def main() -> None:
         if "sklearn" in set(t.backend):
             t["speed-up vs sklearn"] = float(t.loc[t.backend == "sklearn", "seconds"].iloc[0]) / t["seconds"]
         print(f"-- {name}\n{t.to_string(index=False, float_format=lambda v: f'{v:.4g}')}")
+    if args.docs:
+        write_docs(tables, args)
     if args.transform_stage:
         import anndata as ad
 
-        from cellica.transforms import make_transform
+        from cellica.transform.variants import make_transform
 
         last = ([s for s in args.shapes.split(",") if s] or ["100000x384"])[-1]
         n, d = (int(v) for v in last.split("x"))

@@ -19,13 +19,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from cellica.checkpoints import save_model, sidecar_path
-from cellica.embed import EmbedParams, embed_store
-from cellica.mae import MaskedAutoencoder, TileNormalizer
-from cellica.recovery import linear_probe_r2
-from cellica.simulate import FACTOR_NAMES, SimulationParams, simulate_screen
-from cellica.tilestore import TileStore
-from cellica.train import TrainParams, train_mae
+from cellica.embed.checkpoints import save_model, sidecar_path
+from cellica.embed.extract import embed_store
+from cellica.embed.mae import MaskedAutoencoder, TileNormalizer
+from cellica.embed.params import EmbedParams, TrainParams
+from cellica.embed.train import train_mae
+from cellica.identify.recovery import linear_probe_r2
+from cellica.store.params import SimulationParams
+from cellica.store.render import FACTOR_NAMES
+from cellica.store.simulate import simulate_screen
+from cellica.store.tilestore import TileStore
 
 
 def main() -> None:

@@ -19,8 +19,9 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 
-from cellica.compare import summary_table
-from cellica.report import ReportBuilder, ReportInputs
+from cellica.evaluate.summary import summary_table
+from cellica.report.content import ReportInputs
+from cellica.report.pages import ReportBuilder
 
 
 def main() -> None:

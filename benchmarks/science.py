@@ -5,7 +5,7 @@
 
 Every set is evaluated with ``evaluate.seeds`` = ``--seeds`` (classifier seeds, and the
 ICA / random-rotation seeds of the seeded variants), and judged by cellica's own claims
-table (``cellica.compare``): each claim holds / fails / is inconclusive at 95%, from
+table (``cellica.evaluate.compare``): each claim holds / fails / is inconclusive at 95%, from
 paired per-gene differences with bootstrap intervals and Holm-corrected Wilcoxon tests,
 with the seed noise beside them. Nothing is tuned to make a claim hold.
 
@@ -80,12 +80,16 @@ def linear(seeds: list[int], out: Path, n_components: float | None, dims: int = 
     """
     import anndata as ad
 
-    from cellica.compare import summary_table
-    from cellica.evaluate import evaluate_genes, variant_metrics
-    from cellica.params import EvalParams, TransformParams
-    from cellica.simulate import SimulationParams, simulate_screen
-    from cellica.tilestore import TileStore
-    from cellica.transforms import make_transform, seeded_variants
+    from cellica.evaluate.batch import variant_metrics
+    from cellica.evaluate.genes import evaluate_genes
+    from cellica.evaluate.params import EvalParams
+    from cellica.evaluate.summary import summary_table
+    from cellica.store.params import SimulationParams
+    from cellica.store.simulate import simulate_screen
+    from cellica.store.tilestore import TileStore
+    from cellica.transform.params import TransformParams
+    from cellica.transform.registry import seeded_variants
+    from cellica.transform.variants import make_transform
 
     sim_cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["simulate"]
     path = out / "linear" / "tiles.zarr"
@@ -131,7 +135,7 @@ def bbbc021(seeds: list[int], out: Path, moa: bool) -> pd.DataFrame:
 
 
 def rxrx1(seeds: list[int], out: Path) -> pd.DataFrame:
-    from cellica.compare import summary_table
+    from cellica.evaluate.summary import summary_table
 
     cfg = yaml.safe_load((REPO / "config" / "examples" / "negctrl_images.yaml").read_text())
     cfg["results_dir"], cfg["reports_dir"] = str(out / "rxrx1"), str(out / "rxrx1" / "reports")

@@ -24,7 +24,7 @@ import tifffile
 from PIL import Image
 from scipy import ndimage
 
-from cellica.tilestore import TileStore
+from cellica.store.tilestore import TileStore
 
 
 def make_tiles(n: int, c: int, s: int, seed: int = 0) -> np.ndarray:

@@ -39,7 +39,8 @@ TINY_SIM = dict(
 @pytest.fixture(scope="session")
 def tiny_store(tmp_path_factory):
     """A 72-tile simulated store (4 genes x 2 guides x 2 experiments + controls)."""
-    from cellica.simulate import SimulationParams, simulate_screen
+    from cellica.store.params import SimulationParams
+    from cellica.store.simulate import simulate_screen
 
     path = tmp_path_factory.mktemp("sim") / "tiny.zarr"
     return simulate_screen(path, SimulationParams(**TINY_SIM, seed=1))
@@ -51,7 +52,8 @@ TINY_MAE = dict(depth=1, epochs=1, batch_size=16, patch_size=8, decoder_dim=32, 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_store, tmp_path_factory):
     """A one-epoch, one-block MAE trained on the tiny store (cellica safetensors + json)."""
-    from cellica.train import TrainParams, train_mae
+    from cellica.embed.params import TrainParams
+    from cellica.embed.train import train_mae
 
     out = tmp_path_factory.mktemp("mae") / "model.safetensors"
     train_mae(tiny_store.path, out, TrainParams(**TINY_MAE))

@@ -5,9 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cellica.align import align, ica_efficiency, latent_diameter, mcc
-from cellica.errors import CellicaError
-from cellica.ica import haar_rotation
+from cellica.core.errors import CellicaError
+from cellica.identify.align import align, ica_efficiency, latent_diameter, mcc
+from cellica.identify.params import AlignParams
+from cellica.transform.ica import haar_rotation
 
 
 def _ad(x, ids=None):
@@ -115,7 +116,7 @@ def test_mcc_by_hand():
 
 
 def test_truth_recovery_on_the_simulated_store(tiny_store):
-    from cellica.recovery import truth_recovery
+    from cellica.identify.recovery import truth_recovery
 
     store = tiny_store
     lat, batches = store.ground_truth("latents"), store.ground_truth("batches")
@@ -138,5 +139,5 @@ def test_ica_map_on_the_leading_components(sources):
     a = np.hstack([sources, 0.05 * rng.normal(size=(len(sources), 20))]) @ haar_rotation(25, 1).T
     b = np.hstack([sources, 0.05 * rng.normal(size=(len(sources), 20))]) @ haar_rotation(25, 2).T
     full = align(_ad(a), _ad(b), maps=("ica",))["error"].iloc[0]
-    lead = align(_ad(a), _ad(b), maps=("ica",), ica_components=5)["error"].iloc[0]
+    lead = align(_ad(a), _ad(b), AlignParams(n_components=5), maps=("ica",))["error"].iloc[0]
     assert lead < 0.05 and lead < full  # the noise dims no longer blur the unmixing

@@ -3,9 +3,10 @@ import sys
 
 import pytest
 
-from cellica.cli import build_parser, main
-from cellica.cli_params import parse_value
-from cellica.errors import CellicaError
+from cellica.cli.app import main
+from cellica.cli.options import parse_value
+from cellica.cli.parser import build_parser
+from cellica.core.errors import CellicaError
 
 STAGES = ["simulate", "ingest", "inspect", "train-mae", "embed", "gather-embeddings", "import-features",
           "transform", "evaluate", "gather-eval", "batch-metrics", "summarize", "report"]
@@ -52,13 +53,13 @@ def test_parse_value_kinds():
     assert parse_value("a=b,c=d", "dict", "m") == {"a": "b", "c": "d"}
     assert parse_value("1,2,3", "list", "c") == ["1", "2", "3"]
     assert parse_value("0.5,1", "tuple", "t") == (0.5, 1.0)
-    assert parse_value("none", "int", "s") is None
+    assert parse_value("null", "int", "s") is None
     with pytest.raises(CellicaError, match="key=value"):
         parse_value("oops", "dict", "m")
 
 
 def test_parser_builds_without_heavy_imports():
-    code = "import sys, cellica.cli as c; c.build_parser(); print(any(m in sys.modules for m in ('torch', 'scanpy', 'lightgbm')))"
+    code = "import sys, cellica.cli.parser as c; c.build_parser(); print(any(m in sys.modules for m in ('torch', 'scanpy', 'lightgbm')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

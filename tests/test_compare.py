@@ -2,16 +2,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cellica.compare import (
-    bootstrap_ci,
-    claims_table,
-    compare_variants,
-    gene_values,
-    holm,
-    summary_table,
-    wilcoxon_p,
-)
-from cellica.errors import CellicaError
+from cellica.core.errors import CellicaError
+from cellica.evaluate.claims import claims_table
+from cellica.evaluate.compare import bootstrap_ci, compare_variants, gene_values, holm, wilcoxon_p
+from cellica.evaluate.summary import summary_table
 
 
 def test_bootstrap_ci_by_hand():

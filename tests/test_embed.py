@@ -8,10 +8,11 @@ import pytest
 import timm
 import torch
 
-from cellica.adata import aggregate_wells
-from cellica.checkpoints import load_encoder, read_state_dict
-from cellica.embed import EmbedParams, embed_store, gather_embeddings, parse_shard
-from cellica.errors import CellicaError
+from cellica.core.adata import aggregate_wells
+from cellica.core.errors import CellicaError
+from cellica.embed.checkpoints import load_encoder, read_state_dict
+from cellica.embed.extract import embed_store, gather_embeddings, parse_shard
+from cellica.embed.params import EmbedParams
 
 
 class NotATensor:  # a pickled object must never be loaded
@@ -61,7 +62,7 @@ def test_parse_shard():
 
 
 def test_nan_embeddings_name_the_tiles(tiny_store, tiny_model, monkeypatch):
-    from cellica.mae import MaskedAutoencoder
+    from cellica.embed.mae import MaskedAutoencoder
 
     def broken(self, x, pooling="mean"):
         z = torch.zeros(x.shape[0], 192)
@@ -153,8 +154,8 @@ def test_own_checkpoint_on_a_store_with_other_channels(tiny_model, tmp_path):
     with pytest.raises(CellicaError, match="store statistics of 4 channels; the store has 6"):
         load_encoder(tiny_model, 6, 32, store_label="the store")
     # With per-tile normalisation only the patch embedding must change, and only if allowed.
-    from cellica.checkpoints import save_model
-    from cellica.mae import TileNormalizer
+    from cellica.embed.checkpoints import save_model
+    from cellica.embed.mae import TileNormalizer
 
     trained, _, _ = load_encoder(tiny_model, 4, 32)
     other = save_model(trained, TileNormalizer(mode="tile"), tmp_path / "tile.safetensors")
@@ -172,7 +173,7 @@ def test_own_checkpoint_on_a_store_with_other_channels(tiny_model, tmp_path):
 
 
 def test_metadata_columns_named_like_dataframe_attributes_are_renamed(tmp_path):
-    from cellica.adata import make_adata, read_h5ad, write_h5ad
+    from cellica.core.adata import make_adata, read_h5ad, write_h5ad
 
     obs = pd.DataFrame({"plate": ["p"], "well": ["w"], "batch": ["b"], "perturbation": ["c"], "is_control": [True],
                         "dtype": ["uint8"], "shape": ["512x512"]}, index=["t0"])

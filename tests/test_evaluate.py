@@ -5,17 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cellica.errors import CellicaError
-from cellica.evaluate import (
-    batch_metrics,
-    bin_levels,
-    evaluate_genes,
-    gene_chunk,
-    mean_roc,
-    phenotypic_activity,
-    quantise,
-)
-from cellica.params import EvalParams
+from cellica.core.errors import CellicaError
+from cellica.evaluate.batch import batch_metrics, phenotypic_activity
+from cellica.evaluate.classifiers import bin_levels, quantise
+from cellica.evaluate.genes import evaluate_genes, gene_chunk, mean_roc
+from cellica.evaluate.params import EvalParams
 
 FAST = EvalParams(n_trees=20, min_data_in_leaf=5, map_null_size=200)
 
@@ -118,7 +112,7 @@ def test_seeds_repeat_the_fits_and_thread_count_changes_nothing():
 
 def test_seed_lists_and_per_seed_files_are_checked():
     data = screen()
-    for seeds, msg in (([], "seeds is empty"), ([1, 1], r"seeds are repeated \(\[1\]\)")):
+    for seeds, msg in (([], "seeds: give at least 1"), ([1, 1], r"seeds: values are repeated in \[1, 1\]")):
         with pytest.raises(CellicaError, match=msg):
             evaluate_genes(data, EvalParams(n_trees=5, seeds=seeds))
     with pytest.raises(CellicaError, match="2 features files for 3 seeds"):

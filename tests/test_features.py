@@ -2,8 +2,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cellica.errors import CellicaError
-from cellica.features import FeatureTableParams, import_features
+from cellica.core.errors import CellicaError
+from cellica.embed.features import import_features
+from cellica.embed.params import FeatureTableParams
 from tests.conftest import shared
 
 
@@ -84,7 +85,7 @@ def test_id_column_is_metadata_even_when_numeric(tmp_path):
 def test_tiles_of_several_perturbations_per_well_aggregate_by_well_and_perturbation():
     import anndata as ad
 
-    from cellica.adata import aggregate_wells
+    from cellica.core.adata import aggregate_wells
 
     # A pooled well: two genes (and their guides) in W1, tiles from two sites.
     obs = pd.DataFrame({"plate": "P1", "well": ["W1"] * 4 + ["W2"] * 2, "batch": "B1",

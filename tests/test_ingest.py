@@ -4,8 +4,9 @@ import pytest
 import tifffile
 from PIL import Image
 
-from cellica.errors import CellicaError
-from cellica.ingest import IngestParams, ingest, tile_grid
+from cellica.core.errors import CellicaError
+from cellica.store.ingest import ingest, tile_grid
+from cellica.store.params import IngestParams
 from tests.conftest import shared
 
 CHANNELS = ["DNA", "ER", "Mito"]

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cellica import atomic
-from cellica.atomic import atomic_output, atomic_outputs, read_parquet
-from cellica.cli import main
-from cellica.errors import CellicaError
+from cellica.cli.app import main
+from cellica.core import atomic
+from cellica.core.atomic import atomic_output, atomic_outputs, read_parquet
+from cellica.core.errors import CellicaError
 from tests.conftest import REPO, TINY_MAE, TINY_SIM
 
 
@@ -38,8 +38,10 @@ def one_line(err: str) -> str:
 # ---------------------------------------------------------------------- stale state
 def test_changed_store_contents_never_resume_an_old_model(tmp_path, caplog):
     """Same path, same tile count, other contents: training starts afresh and equals a fresh run."""
-    from cellica.simulate import SimulationParams, simulate_screen
-    from cellica.train import TrainParams, train_mae
+    from cellica.embed.params import TrainParams
+    from cellica.embed.train import train_mae
+    from cellica.store.params import SimulationParams
+    from cellica.store.simulate import simulate_screen
 
     store = tmp_path / "tiles.zarr"
     simulate_screen(store, SimulationParams(**TINY_SIM, seed=0))
@@ -78,7 +80,7 @@ def store_copy(tiny_store, tmp_path):
 
 
 def test_a_missing_shard_is_an_error_never_zeros(store_copy, capsys):
-    from cellica.tilestore import TileStore
+    from cellica.store.tilestore import TileStore
 
     store = TileStore.open(store_copy)
     store.shard_file(1).unlink()
@@ -91,7 +93,7 @@ def test_a_missing_shard_is_an_error_never_zeros(store_copy, capsys):
 
 
 def test_flipped_bytes_fail_the_checksum(store_copy, capsys, tiny_model, tmp_path):
-    from cellica.tilestore import TileStore
+    from cellica.store.tilestore import TileStore
 
     shard = TileStore.open(store_copy).shard_file(2)
     data = bytearray(shard.read_bytes())
@@ -171,7 +173,7 @@ def test_check_then_act_race_never_replaces_silently(tmp_path):
 def test_two_simulate_runs_to_one_path(tmp_path):
     """A second writer of the same store fails at once, naming the path; the first completes."""
     code = (
-        "import sys, time; from cellica.atomic import atomic_output\n"
+        "import sys, time; from cellica.core.atomic import atomic_output\n"
         "with atomic_output(sys.argv[1]) as tmp:\n    tmp.mkdir(); time.sleep(3)\n"
     )
     target = tmp_path / "tiles.zarr"
@@ -252,8 +254,9 @@ def test_paths_with_spaces_and_shell_syntax_run_nothing(tmp_path):
 
 # ---------------------------------------------------------------------- inputs as declared
 def test_inputs_are_read_as_declared(tmp_path, caplog):
-    from cellica.features import FeatureTableParams, import_features
-    from cellica.params import TransformParams
+    from cellica.embed.features import import_features
+    from cellica.embed.params import FeatureTableParams
+    from cellica.transform.params import TransformParams
 
     t = pd.DataFrame({"plate": ["P1"] * 4, "well": ["A1", "A2", "A3", "A3"], "batch": "B", "pert": ["c", "g", "c", "c"],
                       "ctrl": [True, False, True, True], "site": [1, 2, 3, 3], "f0": [0.1, 0.2, 0.3, 0.3]})
@@ -273,7 +276,8 @@ def test_inputs_are_read_as_declared(tmp_path, caplog):
 def test_mixed_bit_depths_and_culprit_files_are_named(tmp_path):
     import tifffile
 
-    from cellica.ingest import IngestParams, ingest
+    from cellica.store.ingest import ingest
+    from cellica.store.params import IngestParams
 
     rows = []
     for w, dtype in (("A01", np.uint16), ("A02", np.uint8)):
@@ -301,7 +305,7 @@ def test_closed_pipe_ends_quietly(tiny_store):
 
 # ---------------------------------------------------------------------- checkpoints
 def test_checkpoint_integrity(tiny_model, tmp_path, capsys, tiny_store):
-    from cellica.checkpoints import load_encoder
+    from cellica.embed.checkpoints import load_encoder
 
     bad = tmp_path / "m.safetensors"
     data = bytearray(tiny_model.read_bytes())
@@ -364,8 +368,8 @@ def test_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
 
 
 def test_more_chunks_than_genes(tmp_path):
-    from cellica.evaluate import evaluate_genes
-    from cellica.params import EvalParams
+    from cellica.evaluate.genes import evaluate_genes
+    from cellica.evaluate.params import EvalParams
     from tests.test_evaluate import screen
 
     pg, imps = evaluate_genes(screen(n=20), EvalParams(n_trees=5), chunk="7/8")
@@ -373,8 +377,8 @@ def test_more_chunks_than_genes(tmp_path):
 
 
 def test_copairs_cache_stays_out_of_home(tmp_path, monkeypatch):
-    from cellica.evaluate import phenotypic_activity
-    from cellica.params import EvalParams
+    from cellica.evaluate.batch import phenotypic_activity
+    from cellica.evaluate.params import EvalParams
     from tests.test_evaluate import screen
 
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -403,13 +407,14 @@ def test_parallel_classifiers_do_not_crash_lightgbm(tmp_path):
     """Threads creating Datasets while others freed Boosters crashed LightGBM (segmentation fault)
     on the real BBBC021 profiles with three seeds, 6 runs of 6 before creation and freeing took a
     lock; 8 of 8 ran after."""
-    from cellica.features import FeatureTableParams, import_features
+    from cellica.embed.features import import_features
+    from cellica.embed.params import FeatureTableParams
     from tests.conftest import shared
 
     table = shared("bbbc021_profiles_weeks1-5") / "bbbc021_weeks1-5_well_profiles.csv.gz"
     cols = {"plate": "Metadata_Plate", "well": "Metadata_Well", "batch": "Metadata_Batch",
             "perturbation": "Metadata_Perturbation", "is_control": "Metadata_is_control"}
-    from cellica.transforms import make_transform
+    from cellica.transform.variants import make_transform
 
     profiles = import_features(table, params=FeatureTableParams(column_map=cols, extra_metadata=["n_images"]))
     make_transform("base").fit_transform(profiles).write_h5ad(tmp_path / "f.h5ad")  # 297 wells held back

@@ -2,9 +2,10 @@ import numpy as np
 import pytest
 import torch
 
-from cellica.errors import CellicaError
-from cellica.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
-from cellica.train import TrainParams, lr_factor, select_tiles, train_mae
+from cellica.core.errors import CellicaError
+from cellica.embed.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
+from cellica.embed.params import TrainParams
+from cellica.embed.train import lr_factor, select_tiles, train_mae
 from tests.conftest import TINY_MAE
 
 
@@ -94,7 +95,7 @@ def test_training_is_deterministic_and_resumes_identically(tiny_store, tmp_path,
     assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]]
 
     # Interrupt a third run during epoch 2, then resume: same weights as uninterrupted.
-    import cellica.loader as loader
+    import cellica.embed.loader as loader
 
     original = loader.TileBlocks.__iter__
 

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from cellica.metrics import (
+from cellica.evaluate.metrics import (
     biological_variation,
     concentration,
     hoyer_sparsity,

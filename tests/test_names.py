@@ -1,4 +1,4 @@
-from cellica.names import safe_filename
+from cellica.core.names import safe_filename
 
 HOSTILE = ["index", "INDEX", "../../x", ".hidden", "a/b", "a_b", "TP53", "tp53", "x" * 300, "..", "", "a b",
            "<script>", "genes", "index.html"]

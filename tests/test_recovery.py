@@ -3,8 +3,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cellica.errors import CellicaError
-from cellica.recovery import discretise, infomec, normalised_mi, read_truth, truth_recovery
+from cellica.core.errors import CellicaError
+from cellica.identify.recovery import discretise, infomec, normalised_mi, read_truth, truth_recovery
 
 
 def _balanced_sources():

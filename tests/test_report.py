@@ -8,11 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cellica.compare import summary_table
-from cellica.errors import CellicaError
-from cellica.evaluate import batch_metrics, evaluate_genes, phenotypic_activity
-from cellica.params import EvalParams
-from cellica.report import ReportBuilder, ReportInputs, build_report
+from cellica.core.errors import CellicaError
+from cellica.evaluate.batch import batch_metrics, phenotypic_activity
+from cellica.evaluate.genes import evaluate_genes
+from cellica.evaluate.params import EvalParams
+from cellica.evaluate.summary import summary_table
+from cellica.report.build import build_report
+from cellica.report.content import ReportInputs
+from cellica.report.pages import ReportBuilder
 
 UNSAFE = ["GENE/1", "../etc", "<script>alert(1)</script>"]
 FAST = EvalParams(n_trees=10, min_data_in_leaf=5, map_null_size=100)

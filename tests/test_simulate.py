@@ -4,15 +4,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cellica.errors import CellicaError
-from cellica.simulate import (
-    CONTROL_LABEL,
-    FACTOR_NAMES,
-    SimulationParams,
-    sample_factors,
-    simulate_screen,
-)
-from cellica.tilestore import TileStore
+from cellica.core.errors import CellicaError
+from cellica.store.params import SimulationParams
+from cellica.store.render import FACTOR_NAMES
+from cellica.store.simulate import CONTROL_LABEL, sample_factors, simulate_screen
+from cellica.store.tilestore import TileStore
 from tests.conftest import TINY_SIM
 
 
@@ -81,7 +77,7 @@ def test_factors_are_independent_and_non_gaussian():
 
 
 def test_rendering_reflects_factors():
-    from cellica.simulate import Renderer
+    from cellica.store.render import Renderer
 
     p = SimulationParams(tile_size=64)
     r = Renderer(p)
@@ -96,7 +92,7 @@ def test_rendering_reflects_factors():
 @pytest.mark.parametrize(
     "bad, match",
     [
-        ({"control_wells_per_plate": 0}, "no controls"),
+        ({"control_wells_per_plate": 0}, "control_wells_per_plate: must be >= 1"),
         ({"experiments_per_gene": 9}, "experiments_per_gene"),
         ({"n_channels": 3}, "n_channels"),
     ],

@@ -2,8 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cellica.errors import CellicaError
-from cellica.tilestore import TileStore
+from cellica.core.errors import CellicaError
+from cellica.store.tilestore import TileStore
 
 
 def _meta(n, start=0, control_every=2):

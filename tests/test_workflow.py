@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from cellica.names import safe_filename
-from cellica.tilestore import TileStore
+from cellica.core.names import safe_filename
+from cellica.store.tilestore import TileStore
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e
@@ -32,32 +32,47 @@ def tiny_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("wf")
     run = snakemake(workdir)
     assert run.returncode == 0, run.stderr[-4000:]
+    (workdir / "run.log").write_text(run.stderr)
     return workdir
+
+
+def _job_counts(run: subprocess.CompletedProcess) -> dict[str, int]:
+    """The dry run's "Job stats" table as {rule: count}."""
+    text = run.stdout + run.stderr
+    stats = text.split("Job stats:")[-1].split("Reasons:")[0]
+    out = {}
+    for line in stats.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
 
 
 def test_dag_trains_embeds_in_shards_and_gathers(tiny_run):
     import anndata as ad
 
     res = tiny_run / "results"
-    emb = ad.read_h5ad(res / "embeddings" / "embeddings.h5ad")
+    emb = ad.read_h5ad(res / "embeddings" / "seed0" / "embeddings.h5ad")
     store = TileStore.open(res / "tiles.zarr")
     assert emb.obs_names.tolist() == store.metadata["tile_id"].tolist()
     assert emb.uns["provenance"]["shard"]["gathered_from"] == 2
-    assert (res / "mae" / "model.safetensors").is_file() and (res / "mae" / "model.json").is_file()
-    wells = ad.read_h5ad(res / "embeddings" / "wells.h5ad")
+    assert (res / "mae" / "seed0" / "model.safetensors").is_file() and (res / "mae" / "seed0" / "model.json").is_file()
+    wells = ad.read_h5ad(res / "embeddings" / "seed0" / "wells.h5ad")
     assert wells.n_obs == store.metadata.groupby(["batch", "plate", "well"]).ngroups
-    assert not (res / "embeddings" / "shards").exists() or not any((res / "embeddings" / "shards").iterdir())
-    for name in ("train_mae", "embed/0-of-2", "embed/1-of-2", "gather_embeddings"):
+    shards = res / "embeddings" / "seed0" / "shards"
+    assert not shards.exists() or not any(shards.iterdir())
+    for name in ("train_mae/seed0", "embed/seed0/0-of-2", "embed/seed0/1-of-2", "gather_embeddings/seed0"):
         assert (res / "benchmarks" / f"{name}.tsv").is_file()
 
 
 def test_dag_transforms_every_variant(tiny_run):
     import anndata as ad
 
-    from cellica.transforms import VARIANTS, Transform
+    from cellica.transform.base import Transform
+    from cellica.transform.registry import VARIANTS
 
     res = tiny_run / "results"
-    emb = ad.read_h5ad(res / "embeddings" / "embeddings.h5ad")
+    emb = ad.read_h5ad(res / "embeddings" / "seed0" / "embeddings.h5ad")
     for variant in VARIANTS:
         out = ad.read_h5ad(res / "features" / f"{variant}.h5ad")
         assert out.obs_names.tolist() == emb.obs_names.tolist()
@@ -75,7 +90,7 @@ def test_dag_transforms_every_variant(tiny_run):
 def test_dag_evaluates_and_reports(tiny_run):
     import pandas as pd
 
-    from cellica.transforms import VARIANTS
+    from cellica.transform.registry import VARIANTS
 
     res = tiny_run / "results"
     summary = pd.read_parquet(res / "eval" / "summary.parquet")
@@ -125,8 +140,8 @@ def test_dag_measures_ground_truth_recovery_and_stability(tiny_run):
     assert np.isnan(rows.loc["linear", "error"]) and "36 training samples" in rows.loc["linear", "note"]
     assert (rows.drop("linear")["error"] > 0).all()
     # Both trainings saw the same store with different seeds: different weights.
-    assert (res / "stability" / "seed1" / "model.safetensors").read_bytes() != \
-        (res / "stability" / "seed2" / "model.safetensors").read_bytes()
+    assert (res / "mae" / "seed1" / "model.safetensors").read_bytes() != \
+        (res / "mae" / "seed2" / "model.safetensors").read_bytes()
     index = (tiny_run / "reports" / "index.html").read_text()
     assert "Stability: two MAE training seeds aligned" in index and "ICA efficiency" in index
     assert "Ground truth: MCC features vs true factors" in index
@@ -166,6 +181,28 @@ def test_snakemake_report_packs_the_outputs(tiny_run):
 def test_rerun_has_nothing_to_do(tiny_run):
     run = snakemake(tiny_run, "--dry-run")
     assert run.returncode == 0 and "Nothing to be done" in run.stdout + run.stderr
+
+
+def test_a_user_config_does_not_inherit_the_demo_and_the_log_says_what_is_set(tiny_run):
+    """--configfile starts from the defaults (the demo's n_components 16 and seeds [0, 1, 2] are
+    not used), and the run log names every non-default value with the file it came from."""
+    log = (tiny_run / "run.log").read_text()
+    assert f"transform.n_components = 8  ({TINY})" in log
+    assert f"evaluate.seeds = [0, 1]  ({TINY})" in log
+    assert "config/config.yaml" not in log.split("Job stats")[0].split("cellica config")[-1]
+    assert "simulate.n_genes = 4" in log and "mae.seed" not in log  # default: not listed
+
+
+def test_a_changed_key_reruns_only_the_variants_that_use_it(tiny_run):
+    """Nested overrides from the command line (`--config section='{key: value}'`), typed by the key;
+    each variant's rule sees only the parameters it uses."""
+    ica = _job_counts(snakemake(tiny_run, "--dry-run", "--config", "transform={ica_max_iter: 999}"))
+    assert ica["transform"] == 1 and ica["transform_seed"] == 1  # pca_ica, and its seed-1 refit
+    assert ica["evaluate_chunk"] == 2 and ica["gather_eval"] == 1  # 2 chunks of one variant
+    components = _job_counts(snakemake(tiny_run, "--dry-run", "--config", "transform={n_components: 6}"))
+    assert components["transform"] == 4  # pca, pca_ica, pca_rand, harmony; not base, sphering, combat
+    bad = snakemake(tiny_run, "--dry-run", "--config", "transform={n_components: many}")
+    assert bad.returncode != 0 and "config key transform.n_components" in bad.stdout + bad.stderr
 
 
 def test_unknown_config_key_fails_before_running(tmp_path):
@@ -220,10 +257,11 @@ def test_new_data_reruns_give_a_fresh_runs_results(tiny_run, tmp_path):
     fresh_dir = tmp_path / "fresh"
     fresh = snakemake(fresh_dir, configfile=config)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
-    log = (rerun_dir / "results" / "logs" / "train_mae.log").read_text()
+    log = (rerun_dir / "results" / "logs" / "train_mae" / "seed0.log").read_text()
     assert "resuming" not in log.split("training ")[-1]
     a, b = rerun_dir / "results", fresh_dir / "results"
-    assert (a / "mae" / "model.safetensors").read_bytes() == (b / "mae" / "model.safetensors").read_bytes()
+    model = Path("mae") / "seed0" / "model.safetensors"
+    assert (a / model).read_bytes() == (b / model).read_bytes()
     for table in sorted(b.glob("eval/*/per_gene.parquet")):
         pd.testing.assert_frame_equal(pd.read_parquet(a / table.relative_to(b)), pd.read_parquet(table),
                                       check_exact=True, obj=str(table))
@@ -259,7 +297,7 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
            "features": {"path": str(tmp_path / "tiles.csv"), "id_column": "tile_id", "extra_metadata": ["guide", "site"],
                         "column_map": {"plate": "plate", "well": "well", "batch": "batch", "perturbation": "gene",
                                        "is_control": "ctrl"}, "truth": str(tmp_path / "truth.parquet")},
-           "transform": {"n_components": 4, "batch_correction": "none", "variants": ["base", "pca", "pca_ica", "pca_rand"]},
+           "transform": {"n_components": 4, "batch_correction": None, "variants": ["base", "pca", "pca_ica", "pca_rand"]},
            "evaluate": {"n_trees": 20, "min_data_in_leaf": 5, "map_null_size": 100, "n_boot": 200}}
     config = tmp_path / "byo.yaml"
     config.write_text(yaml.safe_dump(cfg))
@@ -268,7 +306,7 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
     res = tmp_path / "results"
     feats = __import__("anndata").read_h5ad(res / "features" / "pca.h5ad")
     assert feats.n_vars == 4 and {"tile_id", "site", "guide"} <= set(feats.obs.columns)
-    assert feats.uns["transform"]["params"]["batch_correction"] == "none"
+    assert feats.uns["transform"]["params"]["batch_correction"] == "null"
     batch = pd.read_parquet(res / "eval" / "batch_metrics.parquet").set_index("variant")
     assert batch.loc["pca_ica", "truth_mcc"] > 0.8 and batch.loc["pca_ica", "truth_infom"] > batch.loc["pca", "truth_infom"]
     assert np.isnan(batch.loc["pca", "truth_batch_r2"])  # a table of factors has no plate parameters

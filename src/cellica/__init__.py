@@ -6,6 +6,6 @@ simulate / ingest -> embed -> transform -> evaluate -> report.
 
 __version__ = "0.1.0"
 
-from cellica.errors import CellicaError  # noqa: E402
+from cellica.core.errors import CellicaError  # noqa: E402
 
 __all__ = ["CellicaError", "__version__"]

@@ -1,4 +1,4 @@
-# Config validation, output paths and the helper that turns a config section into CLI options.
+# Config validation, output paths and the helpers that turn config sections into CLI options.
 import hashlib
 import json
 import os
@@ -7,12 +7,19 @@ import shlex
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from cellica.configcheck import config_problem
-from cellica.report import entity_label
-from cellica.transforms import seeded_variants
+from cellica.config import apply_overrides, command_args, config_problem, config_sources, provenance
+from cellica.embed.params import EmbedParams, FeatureTableParams, TrainParams
+from cellica.evaluate.params import EvalParams
+from cellica.identify.params import AlignParams
+from cellica.report.content import entity_label
+from cellica.store.params import IngestParams, SimulationParams
+from cellica.transform.params import TransformParams
+from cellica.transform.registry import VARIANTS as VARIANT_REGISTRY, seeded_variants
 
 
-_problem = config_problem(config, workflow.source_path("../schemas/config.schema.yaml"))
+# `--config section='{key: value}'` arrives as text: read it with each key's type first.
+apply_overrides(config)
+_problem = config_problem(config)
 if _problem:
     raise WorkflowError(f"invalid configuration:\n{_problem}")
 validate(config, schema="../schemas/config.schema.yaml")  # also fills in the defaults
@@ -22,11 +29,17 @@ REPORTS = config["reports_dir"]
 LOGS = f"{RESULTS}/logs"
 BENCH = f"{RESULTS}/benchmarks"
 TILES = f"{RESULTS}/tiles.zarr"
-EMB = f"{RESULTS}/embeddings/embeddings.h5ad"
-WELLS = f"{RESULTS}/embeddings/wells.h5ad"
-MODEL = config["mae"]["checkpoint"] or f"{RESULTS}/mae/model.safetensors"
+# One MAE per {model}: seed<N> (trained with that seed) or checkpoint (mae.checkpoint).
+MODEL_TAG = "checkpoint" if config["mae"]["checkpoint"] else f"seed{config['mae']['seed']}"
+MODEL = f"{RESULTS}/mae/{{model}}/model.safetensors"
+EMB_OF = f"{RESULTS}/embeddings/{{model}}/embeddings.h5ad"
+WELLS_OF = f"{RESULTS}/embeddings/{{model}}/wells.h5ad"
+EMB = EMB_OF.format(model=MODEL_TAG)
+WELLS = WELLS_OF.format(model=MODEL_TAG)
 N_SHARDS = config["embed"]["shards"]
-GPUS = config["compute"]["gpus"]
+# Only train_mae and embed use a GPU; they request one only when compute.gpus asks for it
+# (the SLURM profile then sends them to a GPU partition: docs/hpc.md).
+GPU_RESOURCES = {"gpu": config["compute"]["gpus"]} if config["compute"]["gpus"] else {}
 VARIANTS = config["transform"]["variants"]
 FEATURES = f"{RESULTS}/features/{{variant}}.h5ad"
 # Evaluation seeds after the first re-fit the seeded variants (ICA start, random rotation).
@@ -42,34 +55,30 @@ ALIGNMENT = f"{STABILITY}/alignment.parquet"
 if config["stability"]["enabled"] and config["source"] == "features":
     raise WorkflowError("stability.enabled needs an image source (simulate or ingest): there is no MAE to train "
                         "twice when source is 'features'")
-if len(config["stability"]["seeds"]) != 2 or len(set(config["stability"]["seeds"])) != 2:
-    raise WorkflowError(f"stability.seeds must be two different seeds, got {config['stability']['seeds']}")
+if config["stability"]["enabled"] and config["mae"]["checkpoint"]:
+    raise WorkflowError("stability.enabled trains the MAE with two seeds: it cannot use mae.checkpoint")
 # Short hash of the validated config (defaults filled): every report number cites it.
-CONFIG_FILE = (workflow.overwrite_configfiles or ["config/config.yaml"])[-1]
+CONFIG_FILE = (workflow.overwrite_configfiles or [DEMO_CONFIG])[-1]
 CONFIG_HASH = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
 CONDA_ENV = "../envs/cellica.yaml"
 
 
-def cli_value(value):
-    """One config value in the syntax of cellica's generated CLI options."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
+wildcard_constraints:
+    variant="|".join(VARIANTS),
+    seed=r"-?\d+",
+    model=r"seed-?\d+|checkpoint",
+    shard=r"\d+",
+    chunk=r"\d+",
 
 
-def cli_args(section, skip=()):
-    """Render a config section as `--key value` options (keys map 1:1 to CLI options)."""
-    return " ".join(
-        f"--{key.replace('_', '-')} {shlex.quote(cli_value(value))}"
-        for key, value in section.items()
-        if key not in skip
-    )
+def cli_args(section, cls):
+    """The options of `cls`'s command from config[section] (only keys that are its options)."""
+    return command_args(config, section, cls)
+
+
+def transform_args(wildcards):
+    """Only the transform parameters the variant uses: changing another leaves it up to date."""
+    return command_args(config, "transform", TransformParams, only=VARIANT_REGISTRY[wildcards.variant].uses)
 
 
 def transform_input(wildcards):
@@ -108,11 +117,15 @@ def batch_metrics_inputs(wildcards):
     return with_truth({"features": expand(FEATURES, variant=VARIANTS)})
 
 
-def stability_ica_components():
-    """The ICA map of `cellica align` works in the same subspace as the transform stage:
-    transform.n_components when it is a count (a variance fraction or null: all)."""
-    n = config["transform"]["n_components"]
-    return f" --ica-components {int(n)}" if n is not None and n >= 1 else ""
+def align_args():
+    """`cellica align` whitens and rotates as the transform stage does: its settings, and the split."""
+    split = command_args(config, "stability", AlignParams)
+    return f"{command_args(config, 'transform', AlignParams)} {split}"
+
+
+def model_file(wildcards):
+    """The MAE a {model} names: a trained seed, or the user's checkpoint."""
+    return config["mae"]["checkpoint"] if wildcards.model == "checkpoint" else MODEL.format(model=wildcards.model)
 
 
 def report_inputs(wildcards):
@@ -165,5 +178,15 @@ def check_slurm_settings():
         )
 
 
+def log_effective_config():
+    """The run log states every value that differs from its default, and where it came from."""
+    sources = config_sources(workflow.overwrite_configfiles or [DEMO_CONFIG], dict(workflow.config_settings.config))
+    lines = provenance(config, sources)
+    logger.info(f"cellica config {CONFIG_HASH} ({len(lines)} value(s) differ from the defaults):")
+    for line in lines:
+        logger.info(f"  {line}")
+
+
 onstart:
+    log_effective_config()
     check_slurm_settings()

@@ -1,5 +1,6 @@
-# Stage 2: embeddings. Train an MAE (unless config names a checkpoint), embed the store in
-# shards (separate jobs), gather them; or import a user's own features table instead.
+# Stage 2: embeddings. Train an MAE per {model} (seed<N>; none when config names a checkpoint),
+# embed the store in shards (separate jobs), gather them; or import a user's own features table.
+# The optional stability target uses the same rules with a second and third seed.
 
 if config["source"] == "features":
 
@@ -19,56 +20,58 @@ if config["source"] == "features":
             mem_mb=4000,
             runtime=30,
         params:
-            args=cli_args(config["features"], skip=("path", "truth")),
+            args=cli_args("features", FeatureTableParams),
         shell:
             "cellica import-features {input.table:q} --out {output:q} {params.args} 2> {log:q}"
 
 else:
-    if not config["mae"]["checkpoint"]:
 
-        rule train_mae:
-            input:
-                TILES,
-            output:
-                model=MODEL,
-                meta=MODEL.removesuffix(".safetensors") + ".json",
-            log:
-                f"{LOGS}/train_mae.log",
-            benchmark:
-                f"{BENCH}/train_mae.tsv"
-            conda:
-                CONDA_ENV
-            threads: 2
-            resources:
-                mem_mb=8000,
-                runtime=240,
-                gpu=GPUS,
-            params:
-                args=cli_args(config["mae"], skip=("checkpoint",)),
-                ckpt=f"{RESULTS}/mae/checkpoints",
-            shell:
-                "cellica train-mae --store {input:q} --out {output.model:q} --checkpoint-dir {params.ckpt:q}"
-                " --threads {threads} {params.args} 2> {log:q}"
+    rule train_mae:
+        input:
+            TILES,
+        output:
+            model=MODEL,
+            meta=MODEL.removesuffix(".safetensors") + ".json",
+        log:
+            f"{LOGS}/train_mae/{{model}}.log",
+        benchmark:
+            f"{BENCH}/train_mae/{{model}}.tsv"
+        conda:
+            CONDA_ENV
+        wildcard_constraints:
+            model=r"seed-?\d+",
+        threads: 2
+        resources:
+            mem_mb=8000,
+            runtime=240,
+            **GPU_RESOURCES,
+        params:
+            args=cli_args("mae", TrainParams),
+            seed=lambda wildcards: wildcards.model.removeprefix("seed"),
+            ckpt=lambda wildcards, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
+        shell:
+            "cellica train-mae --store {input:q} --out {output.model:q} --checkpoint-dir {params.ckpt:q}"
+            " --threads {threads} {params.args} --seed {params.seed} 2> {log:q}"
 
     rule embed:
         input:
             store=TILES,
-            model=MODEL,
+            model=model_file,
         output:
-            temp(f"{RESULTS}/embeddings/shards/{{shard}}-of-{N_SHARDS}.h5ad"),
+            temp(f"{RESULTS}/embeddings/{{model}}/shards/{{shard}}-of-{N_SHARDS}.h5ad"),
         log:
-            f"{LOGS}/embed/{{shard}}-of-{N_SHARDS}.log",
+            f"{LOGS}/embed/{{model}}/{{shard}}-of-{N_SHARDS}.log",
         benchmark:
-            f"{BENCH}/embed/{{shard}}-of-{N_SHARDS}.tsv"
+            f"{BENCH}/embed/{{model}}/{{shard}}-of-{N_SHARDS}.tsv"
         conda:
             CONDA_ENV
         threads: 2
         resources:
             mem_mb=8000,
             runtime=240,
-            gpu=GPUS,
+            **GPU_RESOURCES,
         params:
-            args=cli_args(config["embed"], skip=("shards",)),
+            args=cli_args("embed", EmbedParams),
             n_shards=N_SHARDS,
         shell:
             "cellica embed --store {input.store:q} --checkpoint {input.model:q} --out {output:q}"
@@ -76,14 +79,16 @@ else:
 
     rule gather_embeddings:
         input:
-            expand(f"{RESULTS}/embeddings/shards/{{shard}}-of-{N_SHARDS}.h5ad", shard=range(N_SHARDS)),
+            expand(
+                f"{RESULTS}/embeddings/{{{{model}}}}/shards/{{shard}}-of-{N_SHARDS}.h5ad", shard=range(N_SHARDS)
+            ),
         output:
-            tiles=EMB,
-            wells=WELLS,
+            tiles=EMB_OF,
+            wells=WELLS_OF,
         log:
-            f"{LOGS}/gather_embeddings.log",
+            f"{LOGS}/gather_embeddings/{{model}}.log",
         benchmark:
-            f"{BENCH}/gather_embeddings.tsv"
+            f"{BENCH}/gather_embeddings/{{model}}.tsv"
         conda:
             CONDA_ENV
         threads: 1

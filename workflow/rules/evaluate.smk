@@ -14,14 +14,12 @@ rule evaluate_chunk:
         f"{BENCH}/evaluate/{{variant}}-{{chunk}}-of-{N_CHUNKS}.tsv"
     conda:
         CONDA_ENV
-    wildcard_constraints:
-        variant="|".join(VARIANTS),
     threads: 2
     resources:
         mem_mb=8000,
         runtime=240,
     params:
-        args=cli_args(config["evaluate"], skip=("chunks",)),
+        args=cli_args("evaluate", EvalParams),
         n_chunks=N_CHUNKS,
         truth=lambda wildcards, input: f"--truth {shlex.quote(input.truth)}" if "truth" in input.keys() else "",
     shell:
@@ -45,8 +43,6 @@ rule gather_eval:
         f"{BENCH}/gather_eval/{{variant}}.tsv"
     conda:
         CONDA_ENV
-    wildcard_constraints:
-        variant="|".join(VARIANTS),
     threads: 1
     resources:
         mem_mb=2000,
@@ -73,7 +69,7 @@ rule batch_metrics:
         mem_mb=8000,
         runtime=60,
     params:
-        args=cli_args(config["evaluate"], skip=("chunks",)),
+        args=cli_args("evaluate", EvalParams),
         truth=lambda wildcards, input: f"--truth {shlex.quote(input.truth)}" if "truth" in input.keys() else "",
     shell:
         "cellica batch-metrics {input.features:q} {params.truth} --out {output.batch:q} --activity-out {output.activity:q} {params.args} 2> {log:q}"
@@ -85,7 +81,7 @@ rule summarize:
         batch=f"{EVAL}/batch_metrics.parquet",
         activity=f"{EVAL}/activity.parquet",
     output:
-        report(SUMMARY, category="2. Results", caption="../report/summary.rst"),
+        report(SUMMARY, category="2. Evaluation", caption="../report/summary.rst"),
     log:
         f"{LOGS}/summarize.log",
     benchmark:
@@ -98,7 +94,7 @@ rule summarize:
         runtime=10,
     params:
         config_hash=CONFIG_HASH,
-        args=cli_args(config["evaluate"], skip=("chunks",)),
+        args=cli_args("evaluate", EvalParams),
     shell:
         "cellica summarize --per-gene {input.per_gene:q} --batch {input.batch:q} --activity {input.activity:q}"
         " --config-hash {params.config_hash} {params.args} --out {output:q} 2> {log:q}"

@@ -17,7 +17,7 @@ if config["source"] == "simulate":
             mem_mb=2000,
             runtime=30,
         params:
-            args=cli_args(config["simulate"]),
+            args=cli_args("simulate", SimulationParams),
         shell:
             "cellica simulate --out {output:q} {params.args} 2> {log:q}"
 
@@ -39,7 +39,7 @@ elif config["source"] == "ingest":
             mem_mb=8000,
             runtime=240,
         params:
-            args=cli_args(config["ingest"], skip=("manifest",)),
+            args=cli_args("ingest", IngestParams),
         shell:
             "cellica ingest --manifest {input.manifest:q} --out {output:q} {params.args} 2> {log:q}"
 

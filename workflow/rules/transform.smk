@@ -19,14 +19,12 @@ rule transform:
         f"{BENCH}/transform/{{variant}}.tsv"
     conda:
         CONDA_ENV
-    wildcard_constraints:
-        variant="|".join(VARIANTS),
     threads: 2
     resources:
         mem_mb=8000,
         runtime=120,
     params:
-        args=cli_args(config["transform"], skip=("variants", "level")),
+        args=transform_args,
     shell:
         TRANSFORM_SHELL
 
@@ -44,13 +42,12 @@ rule transform_seed:
     conda:
         CONDA_ENV
     wildcard_constraints:
-        variant="|".join(SEEDED) or "none",
-        seed=r"-?\d+",
+        variant="|".join(SEEDED) or "no-seeded-variant",
     threads: 2
     resources:
         mem_mb=8000,
         runtime=120,
     params:
-        args=cli_args(config["transform"], skip=("variants", "level")),
+        args=transform_args,
     shell:
         TRANSFORM_SHELL + " --rotation-seed {wildcards.seed}"

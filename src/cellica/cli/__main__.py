@@ -1,0 +1,3 @@
+from cellica.cli.app import run
+
+run()

@@ -1,0 +1,62 @@
+"""The ``cellica`` command line: one sub-command per stage (see :mod:`cellica.cli.parser`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from cellica.cli.parser import build_parser
+from cellica.core.errors import CellicaError
+from cellica.core.logs import configure
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``cellica`` console script; returns the exit status.
+
+    Every error a user can cause or meet (bad input, a missing or damaged file, a full
+    disk, no permission, a checksum mismatch) is one line naming the file and the
+    cause, exit status 2. Anything else is an internal error: one line and exit 1.
+    ``--debug`` (or ``CELLICA_DEBUG=1``) shows the traceback instead. Output into a
+    closed pipe (``cellica inspect ... | head``) ends quietly.
+    """
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    configure(ns.log_level)
+    debug = ns.debug or os.environ.get("CELLICA_DEBUG", "") not in ("", "0")
+    try:
+        ns.func(ns)
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): nothing more to say, and nothing to flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print(f"cellica {ns.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        from cellica.core.errors import describe
+
+        user_error = isinstance(exc, CellicaError | OSError)
+        hint = "" if user_error else " (internal error: please report it; --debug shows the traceback)"
+        print(f"cellica {ns.command}: error: {describe(exc)}{hint}", file=sys.stderr)
+        return 2 if user_error else 1
+    return 0
+
+
+def run() -> None:  # pragma: no cover - the console script
+    """Console entry point: run :func:`main`, then leave without interpreter teardown.
+
+    Native thread pools (pyarrow, LightGBM/OpenMP) occasionally abort the process
+    while Python shuts down ("terminate called without an active exception"), which
+    turned finished Snakemake jobs into failures. Every output is written and
+    closed (and renamed into place) before ``main`` returns, so exiting directly is safe.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()

@@ -1,0 +1,128 @@
+"""One function per ``cellica`` sub-command: parse the options into the stage's parameters,
+call one library function, print what the user asked to see.
+
+Heavy libraries (torch, scanpy, lightgbm) are imported inside the commands, so
+``cellica --help`` and light stages start quickly under Snakemake.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from cellica.cli.options import dataclass_from_args as params_of
+
+
+def simulate(ns: argparse.Namespace) -> None:
+    from cellica.store.params import SimulationParams
+    from cellica.store.simulate import simulate_screen
+
+    simulate_screen(ns.out, params_of(SimulationParams, ns), overwrite=ns.overwrite)
+
+
+def ingest(ns: argparse.Namespace) -> None:
+    from cellica.store.ingest import ingest as run
+    from cellica.store.params import IngestParams
+
+    run(ns.manifest, ns.out, params_of(IngestParams, ns), overwrite=ns.overwrite)
+
+
+def inspect(ns: argparse.Namespace) -> None:
+    from cellica.store.tilestore import TileStore
+
+    print(TileStore.open(ns.store).describe(verify=ns.verify, max_stat_tiles=ns.stat_tiles, max_rows=ns.max_rows))
+
+
+def train_mae(ns: argparse.Namespace) -> None:
+    from cellica.embed.params import TrainParams
+    from cellica.embed.train import train_mae as run
+
+    run(ns.store, ns.out, params_of(TrainParams, ns), checkpoint_dir=ns.checkpoint_dir)
+
+
+def embed(ns: argparse.Namespace) -> None:
+    from cellica.embed.extract import embed_store
+    from cellica.embed.params import EmbedParams
+
+    embed_store(ns.store, ns.checkpoint, ns.out, params_of(EmbedParams, ns), shard=ns.shard)
+
+
+def gather_embeddings(ns: argparse.Namespace) -> None:
+    from cellica.embed.extract import gather_embeddings as run
+
+    run(ns.shards, ns.out, wells_out=ns.wells_out)
+
+
+def import_features(ns: argparse.Namespace) -> None:
+    from cellica.embed.features import import_features as run
+    from cellica.embed.params import FeatureTableParams
+
+    run(ns.table, ns.out, params_of(FeatureTableParams, ns))
+
+
+def transform(ns: argparse.Namespace) -> None:
+    from cellica.transform.files import transform_file
+    from cellica.transform.params import TransformParams
+
+    transform_file(ns.input, ns.out, ns.variant, params_of(TransformParams, ns), ns.model_out, ns.apply)
+
+
+def evaluate(ns: argparse.Namespace) -> None:
+    from cellica.evaluate.files import evaluate_files
+    from cellica.evaluate.params import EvalParams
+
+    evaluate_files(ns.features, ns.out, ns.importances_out, params_of(EvalParams, ns), ns.chunk, ns.variant,
+                   ns.truth, ns.threads)
+
+
+def gather_eval(ns: argparse.Namespace) -> None:
+    from cellica.evaluate.files import gather_evaluations
+
+    gather_evaluations(ns.per_gene, ns.importances, ns.out, ns.importances_out)
+
+
+def batch_metrics(ns: argparse.Namespace) -> None:
+    from cellica.evaluate.files import batch_metrics_files
+    from cellica.evaluate.params import EvalParams
+
+    batch_metrics_files(ns.features, ns.out, ns.activity_out, params_of(EvalParams, ns), ns.truth)
+
+
+def summarize(ns: argparse.Namespace) -> None:
+    from cellica.evaluate.files import summarize_files
+    from cellica.evaluate.params import EvalParams
+
+    summarize_files(ns.per_gene, ns.batch, ns.activity, ns.out, params_of(EvalParams, ns), ns.config_hash)
+
+
+def align(ns: argparse.Namespace) -> None:
+    from cellica.identify.files import align_files
+    from cellica.identify.params import AlignParams
+
+    table = align_files(ns.a, ns.b, params_of(AlignParams, ns), ns.out)
+    print(table[["map", "error", "n_train", "n_test", "dims"]].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"ICA efficiency: {table.attrs['ica_efficiency']:.1f}%")
+
+
+def report(ns: argparse.Namespace) -> None:
+    from cellica.report.build import report_from_files
+
+    report_from_files(ns.summary, ns.per_gene, ns.importances, ns.out, features=ns.features, store=ns.store,
+                      benchmarks=ns.benchmarks, config=ns.config, config_hash=ns.config_hash,
+                      alignment=ns.alignment, entity=ns.entity, genes=ns.gene)
+
+
+def schema(ns: argparse.Namespace) -> None:
+    from cellica.config import reference_markdown, schema_yaml
+
+    if ns.docs:
+        from cellica.core.docs import write_block
+
+        write_block(ns.docs, "config-reference", reference_markdown())
+    text = schema_yaml()
+    if not ns.out:
+        print(text, end="")
+        return
+    from cellica.core.atomic import atomic_output
+
+    with atomic_output(ns.out, overwrite=True) as tmp, open(tmp, "w") as fh:
+        fh.write(text)

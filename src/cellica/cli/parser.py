@@ -1,0 +1,122 @@
+"""The ``cellica`` argument parser, built from a table: each sub-command's files and the
+parameter classes whose fields become its options."""
+
+from __future__ import annotations
+
+import argparse
+
+from cellica import __version__
+from cellica.cli import commands
+from cellica.cli.options import add_dataclass_args
+
+REQ = {"required": True}
+STORE = ("--store", {"required": True, "help": "tile store (*.zarr)"})
+OVERWRITE = ("--overwrite", {"action": "store_true", "help": "replace an existing store"})
+EVAL_FILES = ("--features", {"required": True, "nargs": "+", "help": "features of one variant (*.h5ad): one file, "
+                             "or one per seed of --seeds"})
+TRUTH = ("--truth", {"default": None, "help": "simulated tile store, or a table of true factors keyed by "
+                     "sample_id: add ground-truth columns"})
+
+
+def _params(module: str, name: str):
+    import importlib
+
+    return getattr(importlib.import_module(f"cellica.{module}"), name)
+
+
+# name, help, command, [(flag, argparse options)], parameter class (module, class) or None
+COMMANDS = [
+    ("simulate", "simulate a screen with known ground truth into a tile store", commands.simulate,
+     [("--out", {**REQ, "help": "tile store to write (*.zarr)"}), OVERWRITE], ("store.params", "SimulationParams")),
+    ("ingest", "cut per-channel TIFF/PNG images from a manifest into a tile store", commands.ingest,
+     [("--manifest", {**REQ, "help": "CSV, one row per image file"}),
+      ("--out", {**REQ, "help": "tile store to write (*.zarr)"}), OVERWRITE], ("store.params", "IngestParams")),
+    ("inspect", "print counts and channel statistics of a tile store", commands.inspect,
+     [("store", {"help": "tile store (*.zarr)"}),
+      ("--stat-tiles", {"type": int, "default": 2048, "help": "tiles sampled for intensity stats"}),
+      ("--max-rows", {"type": int, "default": 30, "help": "rows shown per table"}),
+      ("--verify", {"action": "store_true", "help": "read every tile back: every shard present, every chunk's "
+                    "checksum and the content digest"})], None),
+    ("train-mae", "pre-train a masked autoencoder (timm ViT) on a tile store", commands.train_mae,
+     [STORE, ("--out", {**REQ, "help": "weights to write (*.safetensors, with a .json sidecar)"}),
+      ("--checkpoint-dir", {"default": None, "help": "per-epoch checkpoints (default: beside --out)"})],
+     ("embed.params", "TrainParams")),
+    ("embed", "extract embeddings of a store's tiles into AnnData (.h5ad)", commands.embed,
+     [STORE, ("--checkpoint", {**REQ, "help": "cellica .safetensors or timm state dict"}),
+      ("--out", {**REQ, "help": "embeddings to write (*.h5ad)"}),
+      ("--shard", {"default": None, "help": "i/n: embed only the i-th (0-based) of n tile ranges"})],
+     ("embed.params", "EmbedParams")),
+    ("gather-embeddings", "concatenate embedding shards, checking none is missing", commands.gather_embeddings,
+     [("shards", {"nargs": "+", "help": "shard .h5ad files (any order)"}),
+      ("--out", {**REQ, "help": "tile-level embeddings (*.h5ad)"}),
+      ("--wells-out", {"default": None, "help": "also write well-level means (*.h5ad)"})], None),
+    ("import-features", "bring your own embeddings or profiles (table -> .h5ad)", commands.import_features,
+     [("table", {"help": ".h5ad, .parquet, .csv or .tsv (optionally .gz)"}),
+      ("--out", {**REQ, "help": "features to write (*.h5ad)"})], ("embed.params", "FeatureTableParams")),
+    ("transform", "whitening, ICA, random rotation or a comparator correction", commands.transform,
+     [("--input", {**REQ, "help": "features to transform (*.h5ad)"}),
+      ("--out", {**REQ, "help": "transformed features (*.h5ad)"}),
+      ("--variant", {"default": None, "help": "the variant to fit (cellica.transform.registry)"}),
+      ("--model-out", {"default": None, "help": "save the fitted transform (*.npz)"}),
+      ("--apply", {"default": None, "metavar": "MODEL", "help": "apply a saved transform instead of fitting"})],
+     ("transform.params", "TransformParams")),
+    ("evaluate", "per-gene LightGBM classifiers vs shared controls (AUROC, sparsity, ...)", commands.evaluate,
+     [EVAL_FILES, ("--out", {**REQ, "help": "per-gene table (*.parquet)"}),
+      ("--importances-out", {**REQ, "help": "feature importances (*.parquet)"}),
+      ("--variant", {"default": None, "help": "name in the tables (default: from the file)"}),
+      ("--chunk", {"default": None, "help": "i/n: only every n-th gene from the i-th (0-based)"}), TRUTH,
+      ("--threads", {"type": int, "default": 1, "help": "genes fitted in parallel (one thread each)"})],
+     ("evaluate.params", "EvalParams")),
+    ("gather-eval", "merge per-gene chunks of one variant", commands.gather_eval,
+     [("--per-gene", {**REQ, "nargs": "+"}), ("--importances", {**REQ, "nargs": "+"}), ("--out", REQ),
+      ("--importances-out", REQ)], None),
+    ("batch-metrics", "batch signal on controls and replicate mAP, per variant", commands.batch_metrics,
+     [("features", {"nargs": "+", "help": "features of each variant (*.h5ad)"}),
+      ("--out", {**REQ, "help": "batch metrics (*.parquet)"}),
+      ("--activity-out", {**REQ, "help": "mAP per perturbation (*.parquet)"}), TRUTH],
+     ("evaluate.params", "EvalParams")),
+    ("summarize", "the paper's Tables 3-4 and the claims from the evaluation outputs", commands.summarize,
+     [("--per-gene", {**REQ, "nargs": "+"}), ("--batch", REQ), ("--activity", REQ),
+      ("--config-hash", {"default": ""}), ("--out", REQ)], ("evaluate.params", "EvalParams")),
+    ("align", "alignment error between two embeddings of the same samples, per class of map", commands.align,
+     [("a", {"help": "embedding A (*.h5ad)"}),
+      ("b", {"help": "embedding B (*.h5ad); samples paired with A by obs_names (tile ids)"}),
+      ("--out", {"default": None, "help": "table (*.parquet)"})], ("identify.params", "AlignParams")),
+    ("report", "HTML reports: index.html and one page per gene", commands.report,
+     [("--summary", {**REQ, "help": "eval/summary.parquet"}),
+      ("--per-gene", {**REQ, "nargs": "+", "help": "per-gene tables, one per variant"}),
+      ("--importances", {**REQ, "nargs": "+", "help": "importance tables, in the order of --per-gene"}),
+      ("--features", {"nargs": "*", "help": "features files (embedding plots, diagnostics)"}),
+      ("--store", {"default": None, "help": "tile store (example tiles, ground truth)"}),
+      ("--benchmarks", {"default": None, "help": "Snakemake benchmark folder (stage times)"}),
+      ("--config", {"default": None, "help": "config file shown on the index"}),
+      ("--config-hash", {"default": ""}),
+      ("--alignment", {"default": None, "help": "stability/alignment.parquet (cellica align between MAE seeds)"}),
+      ("--gene", {"nargs": "*", "default": None, "help": "only these genes' pages (default: all)"}),
+      ("--entity", {"default": "gene", "help": "what the perturbations are called on the pages (gene, compound, "
+                    "MoA, perturbation, ...)"}),
+      ("--out", {**REQ, "help": "report folder (index.html, genes/)"})], None),
+    ("schema", "print (or write) the workflow's config schema, generated from the parameter classes",
+     commands.schema, [("--out", {"default": None, "help": "file to write (workflow/schemas/config.schema.yaml)"}),
+                       ("--docs", {"default": None, "help": "also write the configuration reference into this "
+                                   "markdown file (docs/configuration.md), between its config-reference markers"})],
+     None),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (also used to document the CLI)."""
+    parser = argparse.ArgumentParser(
+        prog="cellica", description="MAE embeddings of cell-microscopy screens, PCA whitening + ICA, evaluation.")
+    parser.add_argument("--version", action="version", version=f"cellica {__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks (also CELLICA_DEBUG=1)")
+    sub = parser.add_subparsers(dest="command", metavar="<stage>", required=True)
+    for name, help_text, func, args, params in COMMANDS:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        for flag, options in args:
+            p.add_argument(flag, **options)
+        if params:
+            add_dataclass_args(p, _params(*params))
+        p.set_defaults(func=func)
+    return parser

@@ -1,0 +1,140 @@
+"""AnnData in and out: the contract of embeddings and transformed features.
+
+Every features file (``.h5ad``) holds ``.X`` float32 (samples x features),
+``.obs`` indexed by a unique sample id with at least the columns in
+:data:`OBS_REQUIRED`, and provenance in ``.uns``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cellica.core.atomic import atomic_output
+from cellica.core.contracts import as_bool
+from cellica.core.errors import CellicaError
+from cellica.core.logs import get_logger
+
+log = get_logger("adata")
+
+OBS_REQUIRED = ("plate", "well", "batch", "perturbation", "is_control")
+WELL_KEYS = ("batch", "plate", "well")
+
+
+def check_obs(obs: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Check the required metadata columns; return obs with string ids and boolean is_control."""
+    missing = [c for c in OBS_REQUIRED if c not in obs.columns]
+    if missing:
+        raise CellicaError(
+            f"{source}: missing metadata column(s) {missing}; features need {list(OBS_REQUIRED)}"
+        )
+    obs = obs.copy()
+    # A column named like a DataFrame attribute ("dtype", "shape", ...) breaks AnnData's writer.
+    clashes = {c: f"meta_{c}" for c in obs.columns if isinstance(c, str) and (c == "dtype" or hasattr(pd.DataFrame, c))}
+    if clashes:
+        log.warning("%s: renamed metadata column(s) that clash with DataFrame attributes: %s", source, clashes)
+        obs = obs.rename(columns=clashes)
+    for col in ("plate", "well", "batch", "perturbation"):
+        if obs[col].isna().any():
+            raise CellicaError(f"{source}: column {col!r} has {int(obs[col].isna().sum())} empty value(s)")
+        obs[col] = obs[col].astype(str)
+    obs["is_control"] = as_bool(obs["is_control"], source)
+    if not obs.index.is_unique:
+        dup = obs.index[obs.index.duplicated()][:5].tolist()
+        raise CellicaError(f"{source}: sample ids are not unique, e.g. {dup}")
+    return obs
+
+
+def check_matrix(x: np.ndarray, obs_names: pd.Index, source: str) -> np.ndarray:
+    """Float32 copy of the feature matrix; NaN or Inf is an error naming the samples."""
+    x = np.asarray(x, dtype=np.float32)
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        raise CellicaError(
+            f"{source}: {int(bad.sum())} sample(s) have NaN/Inf features, e.g. "
+            f"{obs_names[bad][:5].tolist()}"
+        )
+    return x
+
+
+def clean_uns(value: Any) -> Any:
+    """Make provenance storable in .h5ad: None -> "null", tuples -> lists, recursively."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return {str(k): clean_uns(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and value:
+            return list(value)
+        return [clean_uns(v) for v in value] if value else []
+    return value
+
+
+def make_adata(x: np.ndarray, obs: pd.DataFrame, var_names: list[str] | None, uns: dict[str, Any], source: str):
+    """Build a validated AnnData (float32 X, checked obs, string var names)."""
+    import anndata as ad
+
+    obs = check_obs(obs, source)
+    obs.index = obs.index.astype(str)
+    x = check_matrix(x, obs.index, source)
+    var = pd.DataFrame(index=pd.Index(var_names if var_names is not None else [f"f{i}" for i in range(x.shape[1])], dtype=str))
+    return ad.AnnData(X=x, obs=obs, var=var, uns=clean_uns(uns))
+
+
+def write_h5ad(adata, path: str | os.PathLike, overwrite: bool = True) -> Path:
+    """Write an AnnData atomically (temporary file, then rename)."""
+    path = Path(path)
+    with atomic_output(path, overwrite=overwrite) as tmp:
+        adata.write_h5ad(tmp)
+    return path
+
+
+def read_h5ad(path: str | os.PathLike):
+    """Read a features file and check it against the contract."""
+    import anndata as ad
+
+    path = Path(path)
+    if not path.is_file():
+        raise CellicaError(f"features file {path} does not exist")
+    try:
+        adata = ad.read_h5ad(path)
+    except Exception as exc:
+        raise CellicaError(f"{path}: cannot read as AnnData .h5ad ({type(exc).__name__}: {exc})") from None
+    adata.obs = check_obs(adata.obs, str(path))
+    x = adata.X.toarray() if hasattr(adata.X, "toarray") else adata.X
+    adata.X = check_matrix(x, adata.obs_names, str(path))
+    return adata
+
+
+def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):
+    """Mean embedding per well; ``obs`` keeps columns constant within each well plus ``n_tiles``.
+
+    A well that holds several perturbations (pooled screens) is split by perturbation
+    (and control status): one profile per well and perturbation, named ``batch/plate/well/perturbation``.
+    """
+    obs = adata.obs
+    missing = [k for k in keys if k not in obs.columns]
+    if missing:
+        raise CellicaError(f"aggregate_wells: missing column(s) {missing}")
+    extra = [k for k in ("perturbation", "is_control") if k in obs.columns and k not in keys]
+    if extra and (obs.groupby(list(keys), observed=True)[extra].nunique(dropna=False) > 1).any().any():
+        keys = (*keys, *extra)
+        log.info("aggregate_wells: wells hold several perturbations: one profile per well and perturbation")
+    codes = obs.groupby(list(keys), sort=False, observed=True).ngroup().to_numpy()
+    n_groups = int(codes.max()) + 1 if codes.size else 0
+    sums = np.zeros((n_groups, adata.n_vars), np.float64)
+    np.add.at(sums, codes, np.asarray(adata.X, np.float64))
+    counts = np.bincount(codes, minlength=n_groups)
+    constant = [c for c in obs.columns
+                if (obs.groupby(codes, observed=True)[c].nunique(dropna=False) <= 1).all()]
+    well_obs = obs[constant].groupby(codes, observed=True).first()
+    well_obs["n_tiles"] = counts
+    name_keys = [k for k in keys if k != "is_control"]
+    well_obs.index = pd.Index(["/".join(map(str, row)) for row in well_obs[name_keys].itertuples(index=False)], dtype=str)
+    uns = {"provenance": {**adata.uns.get("provenance", {}), "aggregated": {"level": "well", "keys": list(keys)}}}
+    return make_adata((sums / counts[:, None]).astype(np.float32), well_obs, list(adata.var_names), uns,
+                      "well aggregation")

@@ -1,0 +1,98 @@
+"""Parameters of the embedding stage: training the MAE, extracting embeddings, importing
+a features table. Free of torch, so the CLI and the workflow read them quickly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cellica.core.params import Params, param
+
+NORMALIZATIONS = ("store", "tile")
+POOLINGS = ("mean", "cls")
+
+
+@dataclass
+class TrainParams(Params):
+    """The masked autoencoder (`cellica train-mae --help`).
+
+    With ``checkpoint`` set in the workflow's config, no training happens and that file is used.
+    """
+
+    section = "mae"
+
+    model_name: str = param("vit_tiny_patch16_224", "timm ViT architecture of the encoder "
+                            "(vit_tiny/small/base_patch16_224, ...).")
+    patch_size: int = param(8, "Patch edge in pixels (the tile size must be a multiple).", ge=2)
+    depth: int | None = param(6, "Transformer blocks of the encoder (null: the named model's own depth, 12 for "
+                              "ViT-Ti/S/B).", ge=1)
+    mask_ratio: float = param(0.75, "Fraction of patches hidden from the encoder.", gt=0, lt=1)
+    decoder_dim: int = param(128, "Width of the light decoder.", ge=8)
+    decoder_depth: int = param(1, "Transformer blocks of the decoder.", ge=1)
+    decoder_heads: int = param(4, "Attention heads of the decoder.", ge=1)
+    norm_pix_loss: bool = param(False, "Reconstruct each patch normalised to zero mean and unit variance (He et "
+                                "al. 2022). Off by default: on the noisy demo tiles it amplified noise and lowered "
+                                "the probe R^2 to the true factors (docs/benchmarks.md).")
+    normalization: str = param("store", "Per-channel intensity normalisation: `store` (per-channel mean/std of "
+                               "the training tiles; keeps absolute intensity, which carries biology such as DNA "
+                               "content, and leaves batch gains to the whitening) or `tile` (each tile and channel "
+                               "by its own mean/std, robust to intensity drift but blind to intensity "
+                               "phenotypes).", choices=NORMALIZATIONS)
+    train_on: str = param("all", "Tiles used for pre-training.", choices=("all", "controls"))
+    max_tiles: int | None = param(None, "Seeded subsample of the training tiles (null = all).", ge=1)
+    epochs: int = param(5, "Passes over the training tiles.", ge=1)
+    batch_size: int = param(64, "Tiles per optimisation step.", ge=1)
+    lr: float = param(1e-3, "Peak learning rate of AdamW.", gt=0)
+    weight_decay: float = param(0.05, "AdamW weight decay.", ge=0)
+    warmup_epochs: float = param(1.0, "Linear warm-up before the cosine decay.", ge=0)
+    seed: int = param(0, "Seed of initialisation, tile order and masks (same seed, same weights on CPU).")
+    device: str = param("auto", "`auto` (CUDA if available), `cpu`, `cuda`, `cuda:1`, ...")
+    num_workers: int = param(0, "DataLoader worker processes reading the store.", ge=0)
+    threads: int | None = param(None, "CPU threads of torch (the workflow passes the rule's threads).", ge=1,
+                                config=False)
+    resume: bool = param(True, "Continue from the last per-epoch checkpoint of the same set-up.")
+
+    def mae_config(self, in_chans: int, img_size: int):
+        """The :class:`cellica.embed.mae.MAEConfig` for a store's channels and tile size."""
+        from cellica.embed.mae import MAEConfig
+
+        return MAEConfig(model_name=self.model_name, in_chans=in_chans, img_size=img_size,
+                         patch_size=self.patch_size, depth=self.depth, mask_ratio=self.mask_ratio,
+                         decoder_dim=self.decoder_dim, decoder_depth=self.decoder_depth,
+                         decoder_heads=self.decoder_heads, norm_pix_loss=self.norm_pix_loss)
+
+
+@dataclass
+class EmbedParams(Params):
+    """Extraction of embeddings (`cellica embed --help`)."""
+
+    section = "embed"
+
+    batch_size: int = param(128, "Tiles per forward pass.", ge=1)
+    pooling: str = param("mean", "Token pooling: mean of the patch tokens, or the class token.", choices=POOLINGS)
+    device: str = param("auto", "`auto` (CUDA with bf16 autocast if available, else CPU float32), or a device "
+                        "name.")
+    num_workers: int = param(0, "DataLoader worker processes reading the store.", ge=0)
+    threads: int | None = param(None, "CPU threads of torch (the workflow passes the rule's threads).", ge=1,
+                                config=False)
+    model_name: str | None = param(None, "timm architecture of a plain timm-format checkpoint (cellica "
+                                   "checkpoints record their own).")
+    adapt_channels: bool = param(False, "Allow adapting a checkpoint trained on another channel count (timm "
+                                 "adapt_input_conv; logged).")
+    normalization: str = param("tile", "Tile normalisation for timm-format checkpoints (cellica checkpoints "
+                               "record their own).", choices=NORMALIZATIONS)
+
+
+@dataclass
+class FeatureTableParams(Params):
+    """Bring-your-own features (source: features): embeddings or profiles as .h5ad, parquet,
+    CSV or TSV (`cellica import-features --help`)."""
+
+    section = "features"
+
+    column_map: dict[str, str] = param({}, "Our metadata column -> the table's: plate, well, batch, "
+                                       "perturbation, is_control are required.")
+    metadata_regex: str = param("^Metadata_", "Columns matching this are metadata (kept in .obs); all others "
+                                "must be numeric features.")
+    extra_metadata: list[str] = param([], "Further non-feature columns (e.g. n_images).")
+    id_column: str | None = param(None, "Unique sample id column, always metadata (default: plate/well, "
+                                  "numbered when repeated).")

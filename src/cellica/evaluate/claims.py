@@ -1,0 +1,107 @@
+"""The paper's claims, judged from the paired comparisons: each holds, fails or is
+inconclusive at 95%, with the numbers behind it and how many seeds agree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from cellica.core.logs import get_logger
+
+log = get_logger("compare")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One of the paper's claims: every (metric, better, worse) comparison must go that way."""
+
+    name: str
+    parts: tuple[tuple[str, str, str], ...]
+
+
+CLAIMS = (
+    Claim("AUROC (held-out batches): PCA+ICA > PCA > PCA+Rand, Base",
+          (("auroc_heldout", "pca_ica", "pca"), ("auroc_heldout", "pca", "pca_rand"), ("auroc_heldout", "pca", "base"))),
+    Claim("Sparsity: PCA+ICA highest",
+          (("sparsity", "pca_ica", "pca"), ("sparsity", "pca_ica", "pca_rand"), ("sparsity", "pca_ica", "base"))),
+    Claim("Concentration: Base < PCA+Rand < PCA < PCA+ICA",
+          (("concentration", "pca_rand", "base"), ("concentration", "pca", "pca_rand"),
+           ("concentration", "pca_ica", "pca"))),
+)
+
+
+BATCH_CLAIM = "Batch signal removed: batch classifiers on controls less accurate on PCA+ICA than on Base"
+
+
+
+
+def claims_table(comparisons: pd.DataFrame, batch: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The paper's claims, each ``holds`` / ``fails`` / ``inconclusive`` / ``not tested``, with the numbers."""
+    idx = comparisons.set_index(["metric", "variant", "other"])
+    rows = []
+    for claim in CLAIMS:
+        parts, verdicts, per_seed = [], [], []
+        for metric, better, worse in claim.parts:
+            if (metric, better, worse) not in idx.index:
+                verdicts.append("not tested")
+                parts.append(f"{better} > {worse}: not compared")
+                continue
+            r = idx.loc[(metric, better, worse)]
+            verdicts.append(r["verdict"])
+            parts.append(_part_text(better, worse, r))
+            if r["verdict"] != "not tested":
+                per_seed.append(json.loads(r["by_seed"]))
+        tested = [v for v in verdicts if v != "not tested"]
+        if any(v == "lower" for v in tested):
+            verdict = "fails"
+        elif tested and all(v == "higher" for v in tested):
+            verdict = "holds"
+        elif tested:
+            verdict = "inconclusive"
+        else:
+            verdict = "not tested"
+        rows.append({"claim": claim.name, "verdict": verdict, "detail": "; ".join(parts) + _seed_text(per_seed)})
+    rows.append(_batch_claim(batch))
+    return pd.DataFrame(rows)
+
+
+def _seed_text(per_seed: list[dict[str, float]]) -> str:
+    """In how many seeds every tested part's point estimate goes the claimed way."""
+    seeds = set.intersection(*(set(d) for d in per_seed)) if per_seed else set()
+    if not seeds:
+        return ""
+    ok = sum(all(d[s] > 0 for d in per_seed) for s in seeds)
+    return f"; every tested part's point estimate the claimed way in {ok} of {len(seeds)} seed(s)"
+
+
+def _part_text(better: str, worse: str, r) -> str:
+    if r["verdict"] == "not tested":
+        return f"{better} > {worse}: {r['detail'] or 'not tested'}"
+    return (f"{better} - {worse} = {r['value']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}], "
+            f"n={int(r['n'])}, Holm p={r['p_holm']:.2g} ({r['verdict']})")
+
+
+def _batch_claim(batch: pd.DataFrame | None) -> dict:
+    """Holds when each batch classifier's interval on pca_ica lies below base's, fails when above."""
+    name = BATCH_CLAIM
+    if batch is None or batch.empty or not {"base", "pca_ica"} <= set(batch["variant"]):
+        return {"claim": name, "verdict": "not tested", "detail": "needs the base and pca_ica batch metrics"}
+    b = batch.set_index("variant")
+    verdicts, parts = [], []
+    for col in ("batch_accuracy", "batch_accuracy_lgbm"):
+        if f"{col}_ci_low" not in b or not np.isfinite(b.loc[["base", "pca_ica"], f"{col}_ci_low"]).all():
+            continue
+        lo_i, hi_i = b.loc["pca_ica", [f"{col}_ci_low", f"{col}_ci_high"]]
+        lo_b, hi_b = b.loc["base", [f"{col}_ci_low", f"{col}_ci_high"]]
+        v = "holds" if hi_i < lo_b else "fails" if lo_i > hi_b else "inconclusive"
+        verdicts.append(v)
+        parts.append(f"{col}: pca_ica {b.loc['pca_ica', col]:.3f} [{lo_i:.3f}, {hi_i:.3f}] vs base "
+                     f"{b.loc['base', col]:.3f} [{lo_b:.3f}, {hi_b:.3f}] (chance {b.loc['base', 'chance_accuracy']:.3f})")
+    if not verdicts:
+        return {"claim": name, "verdict": "not tested", "detail": "no batch classifier could be cross-validated"}
+    verdict = "holds" if all(v == "holds" for v in verdicts) else "fails" if "fails" in verdicts else "inconclusive"
+    return {"claim": name, "verdict": verdict, "detail": "; ".join(parts) + " (95% bootstrap intervals over controls)"}

@@ -1,0 +1,101 @@
+"""The evaluation stage on files: what each ``cellica`` evaluation command does, as plain
+functions (features .h5ad in, parquet tables out, written atomically)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+import pandas as pd
+
+from cellica.core.adata import read_h5ad
+from cellica.core.atomic import read_parquet, write_parquet, write_parquets
+from cellica.core.errors import CellicaError
+from cellica.core.logs import get_logger
+from cellica.evaluate.params import EvalParams
+
+log = get_logger("evaluate")
+PathLike = str | os.PathLike
+
+
+def _variant_of(adata, default: str) -> str:
+    return adata.uns.get("transform", {}).get("variant", default)
+
+
+def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out: PathLike,
+                   params: EvalParams | None = None, chunk: str | None = None, variant: str | None = None,
+                   truth: PathLike | None = None, threads: int = 1) -> pd.DataFrame:
+    """Per-gene classifiers of one variant: one features file, or one per evaluation seed.
+
+    ``truth`` (a simulated tile store) adds the ground-truth alignment columns; a table of
+    true factors has no per-gene effects and adds none. Returns the per-gene table.
+    """
+    from cellica.evaluate.genes import evaluate_genes
+
+    params = params or EvalParams()
+    adatas = [read_h5ad(path) for path in features]
+    variant = variant or _variant_of(adatas[0], "features")
+    gene_truth = None
+    if truth:
+        from cellica.identify.recovery import read_truth
+
+        gt = read_truth(truth)
+        if gt["effects"] is not None:  # which factors each gene moves: only simulated stores know
+            gene_truth = gt["latents"], gt["effects"]
+    per_gene, imps = evaluate_genes(adatas if len(adatas) > 1 else adatas[0], params, chunk, variant,
+                                    threads=threads, truth=gene_truth)
+    write_parquets([per_gene, imps], [out, importances_out])
+    return per_gene
+
+
+def gather_evaluations(per_gene: Sequence[PathLike], importances: Sequence[PathLike], out: PathLike,
+                       importances_out: PathLike) -> pd.DataFrame:
+    """Merge the gene chunks of one variant; a gene evaluated twice (same seed) is an error."""
+    table = pd.concat([read_parquet(p, "per-gene table") for p in per_gene], ignore_index=True)
+    keys = ["variant", "gene", "seed"] if "seed" in table else ["variant", "gene"]
+    dup = table.duplicated(keys)
+    if dup.any():
+        raise CellicaError(f"gather-eval: genes evaluated twice, e.g. {table.loc[dup, 'gene'].head(3).tolist()}")
+    imps = pd.concat([read_parquet(p, "importances") for p in importances], ignore_index=True)
+    table = table.sort_values(keys).reset_index(drop=True)
+    write_parquets([table, imps], [out, importances_out])
+    return table
+
+
+def batch_metrics_files(features: Sequence[PathLike], out: PathLike, activity_out: PathLike,
+                        params: EvalParams | None = None, truth: PathLike | None = None) -> pd.DataFrame:
+    """Batch signal on the held-back controls, replicate mAP, and (with ``truth``: a simulated
+    store or a table of true factors) ground-truth recovery, for every variant's features."""
+    from cellica.evaluate.batch import variant_metrics
+
+    gt = None
+    if truth:
+        from cellica.identify.recovery import read_truth
+
+        read = read_truth(truth)
+        gt = read["latents"], read["batches"]
+    adatas = {}
+    for path in features:
+        adata = read_h5ad(path)
+        adatas[_variant_of(adata, str(path))] = adata
+    batch, activity = variant_metrics(adatas, params or EvalParams(), gt)
+    write_parquets([batch, activity], [out, activity_out])
+    return batch
+
+
+def summarize_files(per_gene: Sequence[PathLike], batch: PathLike, activity: PathLike, out: PathLike,
+                    params: EvalParams | None = None, config_hash: str = "") -> pd.DataFrame:
+    """The summary and claims table (``summary.parquet``) from the evaluation outputs."""
+    from cellica.evaluate.summary import summary_table
+
+    params = params or EvalParams()
+    genes = pd.concat([read_parquet(p, "per-gene table") for p in per_gene], ignore_index=True)
+    table = summary_table(genes, read_parquet(batch, "batch metrics"), read_parquet(activity, "activity table"),
+                          params.n_boot, params.seed)
+    for claim in table[table["table"] == "claim"].itertuples():
+        log.info("claim %s: %s (%s)", claim.verdict.upper(), claim.row, claim.detail)
+    table.attrs["provenance"] = json.dumps({"per_gene": [str(p) for p in per_gene], "batch": str(batch),
+                                            "config_hash": config_hash})
+    write_parquet(table, out)
+    return table

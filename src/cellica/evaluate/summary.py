@@ -1,0 +1,85 @@
+"""The summary table (``summary.parquet``): the paper's Tables 3-4 with uncertainty, the
+paired comparisons between variants and the claims, as one tidy table.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cellica.core.logs import get_logger
+from cellica.evaluate.claims import claims_table
+from cellica.evaluate.compare import compare_variants, gene_values, variant_means
+
+log = get_logger("compare")
+
+
+SUMMARY_COLUMNS = ["table", "row", "variant", "metric", "value", "ci_low", "ci_high", "n", "seed_sd", "p_value",
+                   "p_holm", "verdict", "detail"]
+
+
+BATCH_COLUMNS = ["batch_accuracy", "batch_accuracy_lgbm", "chance_accuracy", "silhouette", "knn_mixing"]
+
+
+def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.DataFrame, n_boot: int = 2000,
+                  seed: int = 0) -> pd.DataFrame:
+    """The paper's Tables 3-4 with uncertainty, the variant comparisons and the claims, as one tidy table.
+
+    ``table`` is ``per_gene`` (each gene's metric, mean over seeds), ``per_variant``
+    (means over genes with 95% bootstrap intervals, counts, batch metrics, mAP),
+    ``comparison`` (paired differences, Wilcoxon and Holm-corrected p-values) or
+    ``claim`` (verdict and the numbers behind it). Columns: :data:`SUMMARY_COLUMNS`.
+    """
+    values = gene_values(per_gene)
+    genes = values.groupby(["variant", "gene", "metric"])["value"].mean().reset_index()
+    genes = genes.rename(columns={"gene": "row"}).assign(table="per_gene")
+    means = variant_means(values, n_boot, seed).assign(table="per_variant", row="mean")
+    counts = _counts(per_gene).assign(table="per_variant", row="count")
+    extra = []
+    if not activity.empty:
+        act = activity.groupby("variant").agg(map_mean=("map", "mean"), active_fraction=("significant", "mean"))
+        extra.append(act)
+    if not batch.empty:
+        cols = [c for c in batch.columns if c in BATCH_COLUMNS or c.startswith(("truth_", "batch_accuracy"))]
+        extra.append(batch.set_index("variant")[cols])
+    for t in extra:
+        means = pd.concat([means, _with_intervals(t)], ignore_index=True)
+    n_features = per_gene.groupby("variant")["n_features"].first().to_dict() if "n_features" in per_gene else {}
+    comps = compare_variants(values, n_features, n_boot, seed).assign(table="comparison")
+    claims = claims_table(comps, batch).rename(columns={"claim": "row"}).assign(table="claim", metric="claim")
+    out = pd.concat([genes, means, counts, comps, claims], ignore_index=True)
+    out = out.reindex(columns=SUMMARY_COLUMNS)
+    for c in ("value", "ci_low", "ci_high", "seed_sd", "p_value", "p_holm"):
+        out[c] = out[c].astype(float)
+    out["n"] = out["n"].fillna(0).astype(int)
+    for c in ("row", "variant", "metric", "verdict", "detail"):
+        out[c] = out[c].fillna("").astype(str)
+    return out
+
+
+def _with_intervals(t: pd.DataFrame) -> pd.DataFrame:
+    """Per-variant columns as long rows; ``X_ci_low`` / ``X_ci_high`` columns become X's interval."""
+    long = t.reset_index().melt(id_vars="variant", var_name="metric")
+    bounds = long["metric"].str.extract(r"^(?P<base>.+)_ci_(?P<side>low|high)$")
+    is_bound = bounds["base"].notna()
+    out = long[~is_bound].assign(table="per_variant", row="mean")
+    for side in ("low", "high"):
+        b = long[is_bound & (bounds["side"] == side)].assign(metric=bounds["base"])
+        out = out.merge(b.rename(columns={"value": f"ci_{side}"}), on=["variant", "metric"], how="left")
+    return out
+
+
+def _counts(per_gene: pd.DataFrame) -> pd.DataFrame:
+    """Per variant: genes evaluated, on held-out batches, on a random split, without a split, skipped."""
+    first = per_gene[per_gene["seed"] == per_gene["seed"].min()] if "seed" in per_gene else per_gene
+    rows = []
+    for variant, t in first.groupby("variant"):
+        ok = ~t["skipped"].astype(bool)
+        split = t["split"] if "split" in t else pd.Series("batch", index=t.index)
+        no_split = t["no_split"].astype(bool) if "no_split" in t else pd.Series(False, index=t.index)
+        counts = {"n_genes": ok.sum(), "n_genes_heldout": (ok & (split == "batch")).sum(),
+                  "n_genes_random_split": (ok & (split == "random")).sum(), "n_genes_no_split": (ok & no_split).sum(),
+                  "n_genes_skipped": (~ok).sum()}
+        if "n_features" in t:
+            counts["n_features"] = t["n_features"].iloc[0]
+        rows += [{"variant": variant, "metric": k, "value": float(v)} for k, v in counts.items()]
+    return pd.DataFrame(rows)

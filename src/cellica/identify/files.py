@@ -1,0 +1,25 @@
+"""``cellica align`` on files: two embeddings of the same samples in, the table out."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from cellica.core.adata import read_h5ad
+from cellica.core.atomic import write_parquet
+from cellica.identify.align import align
+from cellica.identify.params import AlignParams
+
+
+def align_files(a: str | os.PathLike, b: str | os.PathLike, params: AlignParams | None = None,
+                out: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Held-out alignment error of embedding ``a`` onto ``b`` per class of map (see
+    :func:`cellica.identify.align.align`); written to ``out`` when given."""
+    params = params or AlignParams()
+    table = align(read_h5ad(a), read_h5ad(b), params, names=(str(a), str(b)))
+    table["n_components"] = params.n_components if params.n_components is not None else 0
+    table["a"], table["b"] = str(a), str(b)
+    if out:
+        write_parquet(table, out)
+    return table

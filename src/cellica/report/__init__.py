@@ -1,0 +1,1 @@
+"""Stage 5, reports: the HTML index and one page per gene, from the evaluation's files."""

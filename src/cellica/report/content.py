@@ -1,0 +1,133 @@
+"""What the report pages show, apart from their layout: the metric rows and their
+labels, number formats, stage times from Snakemake's benchmark files, transform
+diagnostics, what a perturbation is called.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cellica.core.logs import get_logger
+from cellica.evaluate.registry import METRICS
+from cellica.report.svg import number
+from cellica.transform.registry import variant_order
+
+log = get_logger("report")
+
+
+# Per-variant metrics (cellica.evaluate.registry): (label, higher is better? None: no direction).
+# Means over genes carry a 95% bootstrap interval; the batch classifiers one over controls.
+VARIANT_METRICS = {name: (m.label, m.higher_is_better) for name, m in METRICS.items()}
+COUNT_METRICS = {
+    "n_genes": "{entity}s evaluated", "n_genes_heldout": "... on held-out batches",
+    "n_genes_random_split": "... on a random split (one batch only)",
+    "n_genes_no_split": "... whose classifiers made no split (AUROC 0.5 by construction)",
+    "n_genes_skipped": "{entity}s skipped (too few samples)", "n_features": "features",
+}
+
+
+MISSED_AUROC = 0.6  # a simulated strong effect that no variant detects above this is flagged on its page
+
+
+FEATURE_COLOR = "#555b6e"  # importance bars: features, not variants, so not a variant colour
+
+
+DIRECTION = {True: "higher is better", False: "lower is better", None: ""}
+
+
+@dataclass
+class ReportInputs:
+    """Everything a report is built from (paths are cited on the pages)."""
+
+    summary: Path
+    per_gene: dict[str, Path]
+    importances: dict[str, Path]
+    features: dict[str, Path] = field(default_factory=dict)
+    store: Path | None = None
+    benchmarks: Path | None = None
+    config: Path | None = None
+    config_hash: str = ""
+    alignment: Path | None = None
+    entity: str = "gene"
+
+
+def _env():
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    return Environment(loader=PackageLoader("cellica.report", "templates"), autoescape=select_autoescape(["html"]),
+                       trim_blocks=True, lstrip_blocks=True)
+
+
+def _ordered(variants) -> list[str]:
+    return variant_order(variants)
+
+
+def _png_uri(rgb: np.ndarray) -> str:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "n/a"
+    if isinstance(v, bool | np.bool_):
+        return str(bool(v))
+    if isinstance(v, float | np.floating):
+        return number(float(v))
+    return str(v)
+
+
+def _with_ci(value: float, lo: float, hi: float) -> str:
+    text = _fmt(value)
+    return f"{text} [{_fmt(lo)}, {_fmt(hi)}]" if np.isfinite(lo) and np.isfinite(hi) else text
+
+
+def entity_label(source: str, column_map: dict[str, str] | None = None) -> str:
+    """What the perturbations are called on the pages: ``gene`` for simulated screens, the
+    mapped column's name for imported profiles (``Metadata_moa`` -> ``MoA``, ``compound``),
+    else ``perturbation``."""
+    if source == "simulate":
+        return "gene"
+    column = (column_map or {}).get("perturbation", "")
+    name = str(column).removeprefix("Metadata_").strip("_ ").lower()
+    if source != "features" or not name or name == "perturbation":
+        return "perturbation"
+    return {"moa": "MoA"}.get(name, name)
+
+
+def stage_times(bench_dir: Path | None) -> pd.DataFrame:
+    """Wall time and peak memory per rule, from Snakemake's ``benchmark:`` files."""
+    rows = []
+    if bench_dir and bench_dir.is_dir():
+        for tsv in sorted(bench_dir.rglob("*.tsv")):
+            t = pd.read_csv(tsv, sep="\t")
+            rows.append({"step": str(tsv.relative_to(bench_dir).with_suffix("")), "seconds": float(t["s"].iloc[0]),
+                         "max_rss_mb": float(t["max_rss"].iloc[0]) if "max_rss" in t else float("nan")})
+    return pd.DataFrame(rows, columns=["step", "seconds", "max_rss_mb"])
+
+
+def transform_diagnostics(features: dict[str, Path]) -> list[dict[str, Any]]:
+    """What each transform did, from ``.uns['transform']`` (read without loading ``.X``)."""
+    import anndata as ad
+
+    rows = []
+    for variant in _ordered(features):
+        a = ad.read_h5ad(features[variant], backed="r")
+        tr = a.uns.get("transform", {})
+        diag = dict(tr.get("diagnostics", {}))
+        ica = diag.pop("ica", None)
+        rows.append({"variant": variant, "dims": int(a.n_vars),
+                     "details": ", ".join(f"{k}={_fmt(v)}" for k, v in diag.items() if not isinstance(v, list | dict | np.ndarray)),
+                     "ica": None if ica is None else {k: _fmt(v) for k, v in ica.items() if not isinstance(v, list | dict | np.ndarray)}})
+        a.file.close()
+    return rows

@@ -1,0 +1,356 @@
+"""Static HTML reports: ``reports/index.html`` (the run at a glance) and one page per gene.
+
+Pages are self-contained (inline CSS, inline SVG charts, thumbnails as data
+URIs, a few lines of inline JavaScript for sorting, filtering and paging: no
+CDN, no fonts), every text from user files is escaped by Jinja2's autoescape,
+and gene names become file names only through :func:`cellica.names.safe_filename`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cellica import __version__
+from cellica.core.atomic import atomic_output, read_parquet
+from cellica.core.contracts import held_back_mask
+from cellica.core.errors import CellicaError
+from cellica.core.logs import get_logger
+from cellica.core.names import safe_filename
+from cellica.evaluate.genes import mean_roc
+from cellica.report.content import (
+    COUNT_METRICS,
+    DIRECTION,
+    FEATURE_COLOR,
+    MISSED_AUROC,
+    VARIANT_METRICS,
+    ReportInputs,
+    _env,
+    _fmt,
+    _ordered,
+    _png_uri,
+    _with_ci,
+    stage_times,
+    transform_diagnostics,
+)
+from cellica.report.svg import PALETTE, bar_chart, line_chart, scatter
+
+log = get_logger("report")
+
+
+class ReportBuilder:
+    """Builds the index and per-gene pages from the evaluation outputs."""
+
+    def __init__(self, inputs: ReportInputs, out_dir: str | os.PathLike, max_points: int = 400, seed: int = 0):
+        self.inp = inputs
+        self.out = Path(out_dir)
+        self.max_points = max_points
+        self.seed = seed
+        for label, path in [("summary", inputs.summary), *[(f"per-gene table of {v}", p) for v, p in inputs.per_gene.items()]]:
+            if not Path(path).is_file():
+                raise CellicaError(f"report: {label} {path} does not exist (run the evaluate stage first)")
+        self.summary = read_parquet(inputs.summary, "summary")
+        per_gene = pd.concat([read_parquet(p, "per-gene table") for p in inputs.per_gene.values()], ignore_index=True)
+        # Pages show the first evaluation seed's classifiers; means, intervals and seed noise
+        # over all seeds are in the summary.
+        self.seeds = sorted(per_gene["seed"].unique()) if "seed" in per_gene else [0]
+        self.per_gene = self._first_seed(per_gene)
+        self.variants = _ordered(self.per_gene["variant"].unique())
+        self.genes = sorted(self.per_gene["gene"].astype(str).unique())
+        self.links = {g: f"genes/{safe_filename(g)}.html" for g in self.genes}
+        self.env = _env()
+        self.provenance = {"config_hash": inputs.config_hash, "cellica_version": __version__,
+                           "built": time.strftime("%Y-%m-%d %H:%M:%S"), "summary": str(inputs.summary)}
+
+    # ------------------------------------------------------------------ index
+    def index_context(self) -> dict[str, Any]:
+        s = self.summary
+        entity = self.inp.entity
+        means = s[(s["table"] == "per_variant") & (s["row"] == "mean")].set_index(["metric", "variant"])
+        variants = [v for v in self.variants if v in set(s.loc[s["table"] == "per_variant", "variant"])]
+        counts = s[(s["table"] == "per_variant") & (s["row"] == "count")].pivot(index="metric", columns="variant",
+                                                                                values="value")
+        n_features = counts.loc["n_features"].to_dict() if "n_features" in counts.index else {}
+        ref = n_features.get("pca_ica", n_features.get("pca"))
+        metric_rows = [self._metric_row(metric, label.format(entity=entity), higher, means, variants, n_features, ref)
+                       for metric, (label, higher) in VARIANT_METRICS.items()
+                       if metric in means.index.get_level_values(0)]
+        count_rows = [{"label": label.format(entity=entity).capitalize(),
+                       "cells": [_fmt(int(counts.loc[m, v])) if v in counts.columns and counts.loc[m, v] == counts.loc[m, v]
+                                 else "n/a" for v in variants]}
+                      for m, label in COUNT_METRICS.items() if m in counts.index]
+        auc = self.per_gene.pivot_table(index="gene", columns="variant", values="auroc_mean")
+        sp = self.per_gene.pivot_table(index="gene", columns="variant", values="sparsity")
+        meta = self.per_gene.drop_duplicates("gene").set_index("gene")
+        no_split = self.per_gene.groupby("gene")["no_split"].any() if "no_split" in self.per_gene else {}
+        gene_rows = []
+        for g in self.genes:
+            a = [auc.loc[g, v] if g in auc.index and v in auc.columns else float("nan") for v in self.variants]
+            top = np.nanmax(a) if np.isfinite(a).any() else np.nan
+            gene_rows.append({
+                "gene": g, "link": self.links[g], "n": int(meta.loc[g, "n_samples"]), "batches": meta.loc[g, "batches"],
+                "skipped": meta.loc[g, "skipped"], "split": meta.loc[g].get("split", ""),
+                "no_split": bool(no_split.get(g, False)) if len(no_split) else False,
+                "auroc": [(_fmt(x), bool(np.isfinite(x) and x == top)) for x in a],
+                "sparsity": [_fmt(sp.loc[g, v] if g in sp.index and v in sp.columns else float("nan")) for v in self.variants],
+            })
+        charts = [self._ci_chart(metric, means, variants) for metric in ("auroc_heldout", "sparsity", "concentration")
+                  if metric in means.index.get_level_values(0)]
+        return {"variants": variants, "gene_variants": self.variants, "metric_rows": metric_rows,
+                "count_rows": count_rows, "gene_rows": gene_rows, "charts": charts, "entity": entity,
+                "claims": s[s["table"] == "claim"][["row", "verdict", "detail"]].to_dict("records"),
+                "comparisons": self._comparisons(), "seeds": [int(x) for x in self.seeds],
+                "diagnostics": transform_diagnostics(self.inp.features) if self.inp.features else [],
+                "times": stage_times(self.inp.benchmarks).to_dict("records"),
+                "config_text": Path(self.inp.config).read_text() if self.inp.config and Path(self.inp.config).is_file() else "",
+                "prov": self.provenance, "n_genes": len(self.genes), "alignment": self._alignment()}
+
+    @staticmethod
+    def _metric_row(metric, label, higher, means, variants, n_features, ref) -> dict[str, Any]:
+        """One row of the per-variant table: value [95% CI], every best value in bold (ties
+        alike), sparsity of variants with another feature count marked not comparable."""
+        vals, cells = {}, []
+        for v in variants:
+            if (metric, v) not in means.index:
+                cells.append({"text": "n/a", "best": False, "title": ""})
+                continue
+            r = means.loc[(metric, v)]
+            comparable = not (metric == "sparsity" and ref is not None and n_features.get(v) != ref)
+            if comparable:
+                vals[v] = round(float(r["value"]), 3)
+            note = "" if comparable else f"not comparable: {int(n_features.get(v, 0))} features vs {int(ref)}"
+            cells.append({"text": _with_ci(r["value"], r["ci_low"], r["ci_high"]) + (" †" if note else ""),
+                          "best": v, "title": note or str(r.get("detail", ""))})
+        finite = [x for x in vals.values() if x == x]
+        best = (max(finite) if higher else min(finite)) if finite and higher is not None else None
+        for c in cells:
+            c["best"] = best is not None and c["best"] in vals and vals[c["best"]] == best
+        return {"metric": metric, "label": label, "direction": DIRECTION[higher], "cells": cells}
+
+    @staticmethod
+    def _ci_chart(metric, means, variants) -> str:
+        vs = [v for v in variants if (metric, v) in means.index]
+        vals = [float(means.loc[(metric, v), "value"]) for v in vs]
+        finite = [x for x in vals if x == x] or [1.0]
+        lo = 0.4 if metric == "auroc_heldout" else min(0.0, min(finite))
+        return bar_chart(vs, vals, VARIANT_METRICS[metric][0].split(" (")[0] + " (mean over genes)", vmin=lo,
+                         vmax=max(1.0 if metric != "concentration" else 0.5, max(finite)))
+
+    def _comparisons(self) -> list[dict[str, Any]]:
+        c = self.summary[self.summary["table"] == "comparison"]
+        return [{"metric": r.metric, "pair": r.row, "n": int(r.n), "diff": _with_ci(r.value, r.ci_low, r.ci_high),
+                 "p": _fmt(r.p_value), "p_holm": _fmt(r.p_holm), "seed_sd": _fmt(r.seed_sd), "verdict": r.verdict,
+                 "detail": r.detail} for r in c.itertuples()]
+
+    def _alignment(self) -> dict[str, Any] | None:
+        """The stability table (two MAE seeds aligned per class of map), when it was computed."""
+        if not self.inp.alignment:
+            return None
+        if not Path(self.inp.alignment).is_file():
+            raise CellicaError(f"report: alignment table {self.inp.alignment} does not exist")
+        t = read_parquet(self.inp.alignment, "alignment table")
+        return {"rows": [(r.map, _fmt(r.error), r.dims, r.note) for r in t.itertuples()],
+                "efficiency": f"{float(t['ica_efficiency'].iloc[0]):.1f}",
+                "ica_components": int(t["n_components"].iloc[0]) if "n_components" in t else 0, "n_train": int(t["n_train"].iloc[0]),
+                "n_test": int(t["n_test"].iloc[0]), "a": str(t["a"].iloc[0]), "b": str(t["b"].iloc[0]),
+                "source": str(self.inp.alignment)}
+
+    def build_index(self) -> Path:
+        html = self.env.get_template("index.html").render(**self.index_context())
+        return _write(self.out / "index.html", html)
+
+    # ------------------------------------------------------------------ genes
+    def _load_features(self) -> dict[str, Any]:
+        import anndata as ad
+
+        data = {}
+        for v, path in self.inp.features.items():
+            if Path(path).is_file():
+                data[v] = ad.read_h5ad(path)
+        return data
+
+    def _thumbnails(self, store, gene: str) -> dict[str, str]:
+        from cellica.report.thumbnails import montage
+
+        md = store.metadata
+        rng = np.random.default_rng(self.seed)
+        out = {}
+        for label, mask in (("perturbed", (md["perturbation"].astype(str) == gene).to_numpy()),
+                            ("control", md["is_control"].to_numpy())):
+            idx = np.flatnonzero(mask)
+            if idx.size:
+                pick = np.sort(rng.choice(idx, min(8, idx.size), replace=False))
+                out[label] = _png_uri(montage(store.read(pick), ncols=8))
+        return out
+
+    def build_genes(self, genes: list[str] | None = None) -> list[Path]:
+        """Write the pages of ``genes`` (default: all); returns their paths."""
+        genes = self.genes if genes is None else genes
+        unknown = [g for g in genes if g not in self.links]
+        if unknown:
+            raise CellicaError(f"report: no results for gene(s) {unknown[:5]}; known genes include {self.genes[:5]}")
+        features = self._load_features()
+        store, store_note = None, ""
+        if self.inp.store is not None:
+            try:
+                from cellica.store.tilestore import TileStore
+
+                store = TileStore.open(self.inp.store)
+            except CellicaError as exc:
+                store_note = f"Example tiles are unavailable: {exc}"
+        else:
+            store_note = "Example tiles are unavailable: this run has no tile store (features were imported)."
+        # Grouped once: filtering a genes x features table per gene would be quadratic.
+        imps = {v: {str(g): t for g, t in self._first_seed(read_parquet(p, "importances")).groupby("gene", sort=False)}
+                for v, p in self.inp.importances.items() if Path(p).is_file()}
+        effects = store.ground_truth("effects").set_index("gene") if store is not None and store.has_ground_truth else None
+        template = self.env.get_template("gene.html")
+        # The folder's own entry page (Snakemake's report embeds the folder through it).
+        links = [(g, Path(self.links[g]).name) for g in self.genes]
+        _write(self.out / "genes" / "index.html",
+               self.env.get_template("genes_index.html").render(links=links, prov=self.provenance,
+                                                                entity=self.inp.entity))
+        paths = []
+        for gene in genes:
+            ctx = self.gene_context(gene, features, imps, store, effects)
+            ctx["store_note"] = store_note
+            paths.append(_write(self.out / self.links[gene], template.render(**ctx)))
+        return paths
+
+    def gene_context(self, gene, features, imps, store, effects) -> dict[str, Any]:
+        rows = self.per_gene[self.per_gene["gene"].astype(str) == gene].set_index("variant")
+        variants = [v for v in self.variants if v in rows.index]
+        first = rows.iloc[0]
+        table = [{"variant": v, "auroc": _fmt(rows.loc[v].get("auroc_mean")), "sd": _fmt(rows.loc[v].get("auroc_sd")),
+                  "within": _fmt(rows.loc[v].get("auroc_within")), "sparsity": _fmt(rows.loc[v].get("sparsity")),
+                  "concentration": _fmt(rows.loc[v].get("concentration")), "folds": _fmt(rows.loc[v].get("n_folds")),
+                  "split": rows.loc[v].get("split", ""), "top": rows.loc[v].get("top_features", ""),
+                  "notes": "; ".join(x for x in (rows.loc[v].get("notes", ""), rows.loc[v].get("no_split_reason", ""))
+                                     if isinstance(x, str) and x)} for v in variants]
+        guides = self._guide_table(rows, variants)
+        charts = self._gene_charts(rows, variants)
+        importance = self._importance_bars(rows, variants, imps, gene)
+        embeddings = [{"variant": v, "svg": self._embedding_plot(features[v], imps[v][gene], gene, v)}
+                      for v in variants if v in features and gene in imps.get(v, {})]
+        counts = self._sample_counts(features, gene)
+        truth = self._truth(effects, gene, rows, variants)
+        return {"gene": gene, "table": table, "guides_table": guides, "entity": self.inp.entity,
+                "no_split": bool(rows["no_split"].any()) if "no_split" in rows else False,
+                "seed": int(self.seeds[0]), "n_seeds": len(self.seeds), "charts": charts, "importance": importance, "embeddings": embeddings,
+                "counts": counts, "guides": first.get("guides", ""), "batches": first.get("batches", ""),
+                "n_samples": int(first.get("n_samples", 0)), "skipped": first.get("skipped", ""),
+                "thumbs": self._thumbnails(store, gene) if store is not None else {}, "truth": truth,
+                "prov": self.provenance, "sources": {v: str(p) for v, p in self.inp.per_gene.items()}}
+
+    @staticmethod
+    def _gene_charts(rows: pd.DataFrame, variants: list[str]) -> dict[str, str]:
+        """The gene's AUROC bars and its per-fold ROC curves with their vertical mean."""
+        curves = {v: json.loads(rows.loc[v]["roc_folds"]) for v in variants
+                  if isinstance(rows.loc[v].get("roc_folds"), str) and rows.loc[v]["roc_folds"] != "[]"}
+        mean_curves, folds = {}, []
+        for i, (v, cs) in enumerate(curves.items()):
+            fpr, tpr = mean_roc(cs)
+            if np.isfinite(tpr).all():
+                mean_curves[f"{v} ({_fmt(rows.loc[v].get('auroc_mean'))})"] = (fpr.tolist(), tpr.tolist())
+                folds += [(f, t, PALETTE[i % len(PALETTE)]) for f, t in cs if len(f) > 1]
+        charts = {
+            "auroc": bar_chart(variants, [float(rows.loc[v].get("auroc_mean", np.nan)) for v in variants],
+                               "AUROC on held-out batches", vmin=0.4),
+            "roc": line_chart(mean_curves, "ROC per fold (thin) and their vertical mean (bold)", background=folds)
+            if mean_curves else "",
+        }
+        return charts
+
+    @staticmethod
+    def _importance_bars(rows: pd.DataFrame, variants: list[str], imps, gene: str) -> list[dict[str, Any]]:
+        """The top-20 importances of the gene's classifiers, per variant."""
+        importance = []
+        for v in variants:
+            if v in imps and gene in imps[v]:
+                vals = imps[v][gene].sort_values("importance", ascending=False)
+                if len(vals) and vals["importance"].max() > 0:
+                    top = vals.head(20)
+                    norm = top["importance"] / vals["importance"].max()
+                    importance.append({"variant": v, "sparsity": _fmt(rows.loc[v].get("sparsity")),
+                                       "concentration": _fmt(rows.loc[v].get("concentration")),
+                                       "svg": bar_chart(top["feature"].astype(str).tolist(), norm.tolist(),
+                                                        f"{v}: top-20 importances (of {len(vals)}), max = 1", bar_h=12,
+                                                        color=FEATURE_COLOR)})
+        return importance
+
+    @staticmethod
+    def _sample_counts(features, gene: str) -> list[dict[str, Any]] | dict:
+        """Samples of the gene and held-back controls per batch (those the classifiers compare)."""
+        counts = {}
+        some = next(iter(features.values()), None)
+        if some is not None:
+            obs = some.obs
+            # Controls that fitted the transforms are not compared with the genes: count the others.
+            held = held_back_mask(obs)
+            sub = obs[((obs["perturbation"].astype(str) == gene) | obs["is_control"]).to_numpy() & held]
+            counts = (sub.assign(kind=np.where(sub["is_control"], "held-back controls", gene))
+                      .groupby(["batch", "kind"], observed=True).size().unstack(fill_value=0).reset_index().to_dict("records"))
+        return counts
+
+    @staticmethod
+    def _truth(effects, gene: str, rows: pd.DataFrame, variants: list[str]) -> dict[str, Any] | None:
+        """What the simulation says the gene does, and whether each variant's top feature found it."""
+        truth = None
+        if effects is not None and gene in effects.index:
+            eff = effects.loc[gene]
+            moved = {k: round(float(val), 3) for k, val in eff.items() if k != "effect_class" and float(val) != 0}
+            truth = {"class": eff["effect_class"], "moved": moved,
+                     "found": [{"variant": v, "factor": rows.loc[v].get("top_feature_factor", ""),
+                                "corr": _fmt(rows.loc[v].get("top_feature_factor_corr")),
+                                "hit": bool(rows.loc[v].get("top_feature_hits_truth", False))} for v in variants]}
+            best = max((float(rows.loc[v].get("auroc_mean", np.nan)) for v in variants), default=np.nan)
+            if eff["effect_class"] == "strong" and not best > MISSED_AUROC:
+                truth["missed"] = (f"a strong true effect, but no variant's held-out AUROC exceeds {MISSED_AUROC} "
+                                   f"(best {_fmt(best)}): the embedding may not carry the factor(s) it moves")
+        return truth
+
+    def _first_seed(self, table: pd.DataFrame) -> pd.DataFrame:
+        """The rows of the seed the pages show (tables without seeds are one seed)."""
+        return table[table["seed"] == self.seeds[0]] if "seed" in table else table
+
+    @staticmethod
+    def _guide_table(rows: pd.DataFrame, variants: list[str]) -> dict[str, Any]:
+        """AUROC per guide (columns) and variant (rows), from the per-gene table's JSON."""
+        per = {v: json.loads(rows.loc[v]["auroc_by_guide"]) for v in variants
+               if isinstance(rows.loc[v].get("auroc_by_guide"), str) and rows.loc[v]["auroc_by_guide"]}
+        guides = sorted({g for d in per.values() for g in d})
+        if guides == [str(rows["gene"].iloc[0])]:
+            guides = []  # no guide column: the "guide" is the perturbation itself
+        return {"guides": guides, "rows": [(v, [_fmt(per[v].get(g, float("nan"))) for g in guides]) for v in per]}
+
+    def _embedding_plot(self, adata, imps: pd.DataFrame, gene: str, variant: str) -> str:
+        """The gene vs (subsampled) controls on the two features its classifier used most."""
+        top = imps.nlargest(2, "importance")["feature"].astype(str).tolist()
+        if len(top) < 2:
+            return ""
+        obs = adata.obs
+        pert = np.flatnonzero((obs["perturbation"].astype(str) == gene).to_numpy())
+        ctrl = np.flatnonzero(obs["is_control"].to_numpy())
+        rng = np.random.default_rng(self.seed)
+        ctrl = rng.choice(ctrl, min(ctrl.size, self.max_points), replace=False)
+        pert = rng.choice(pert, min(pert.size, self.max_points), replace=False)
+        cols = [list(adata.var_names).index(t) for t in top]
+        x = np.asarray(adata.X[:, cols])
+        pts = [(float(x[i, 0]), float(x[i, 1]), f"ctrl {obs['batch'].iloc[i]}") for i in ctrl]
+        pts += [(float(x[i, 0]), float(x[i, 1]), gene) for i in pert]
+        return scatter(pts, f"{variant}: top-2 features", top[0], top[1], highlight=gene)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(path, overwrite=True) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path
+
+

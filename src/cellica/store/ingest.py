@@ -1,0 +1,319 @@
+"""Ingestion of real image files (per-channel TIFF or PNG) into a tile store.
+
+A manifest CSV has one row per image file: ``path``, ``plate``, ``well``, ``site``,
+``channel`` plus metadata columns (``batch``, ``perturbation``, ``is_control`` or
+a control label, anything else). Rows sharing (batch, plate, well, site) form a
+field; its channel files are stacked in the declared channel order, cut into
+tiles, optionally intensity-normalised per plate, and written to the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from cellica.core.errors import CellicaError
+from cellica.core.logs import get_logger
+from cellica.store.metadata import REQUIRED_COLUMNS
+from cellica.store.params import IngestParams
+from cellica.store.tilestore import TileStore
+
+log = get_logger("ingest")
+
+MANIFEST_COLUMNS = ("path", "plate", "well", "site", "channel", "batch", "perturbation")
+FIELD_KEYS = ("batch", "plate", "well", "site")
+
+
+def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
+    """Load the manifest, apply the column map and constants, check the columns."""
+    path = Path(path)
+    if not path.is_file():
+        raise CellicaError(f"manifest {path} does not exist")
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except Exception as exc:
+        raise CellicaError(f"manifest {path}: cannot read as CSV ({exc})") from None
+    missing_src = [src for src in p.column_map.values() if src not in raw.columns]
+    if missing_src:
+        raise CellicaError(
+            f"manifest {path}: column_map names column(s) {missing_src} that it does not have "
+            f"(it has {list(raw.columns)})"
+        )
+    df = raw.copy()
+    for ours, theirs in p.column_map.items():
+        df[ours] = raw[theirs]
+    for col, value in p.constants.items():
+        if col in df.columns and col not in p.column_map:
+            raise CellicaError(f"manifest {path}: constant for {col!r}, but the manifest has that column")
+        df[col] = str(value)
+    if "is_control" not in df.columns:
+        if p.control_label is None:
+            raise CellicaError(
+                f"manifest {path}: no 'is_control' column; map one or set control_label "
+                "(the perturbation value of control wells)"
+            )
+        df["is_control"] = df["perturbation"].eq(p.control_label) if "perturbation" in df else False
+        if not df["is_control"].any():
+            seen = sorted(map(str, df["perturbation"].unique()))[:8] if "perturbation" in df else []
+            raise CellicaError(f"manifest {path}: control_label {p.control_label!r} matches no perturbation "
+                               f"(values include {seen}); no tile would be a control")
+    missing = [c for c in MANIFEST_COLUMNS if c not in df.columns]
+    if missing:
+        raise CellicaError(
+            f"manifest {path}: missing column(s) {missing}; map them with column_map "
+            f"(it has {list(raw.columns)})"
+        )
+    empty = [c for c in MANIFEST_COLUMNS if (df[c].astype(str).str.strip() == "").any()]
+    if empty:
+        row = int(np.flatnonzero((df[empty[0]].astype(str).str.strip() == "").to_numpy())[0])
+        raise CellicaError(f"manifest {path}: empty value in column {empty[0]!r} (row {row + 2})")
+    df["channel"] = df["channel"].astype(str)
+    base = path.parent
+    df["_file"] = [str(Path(v) if Path(v).is_absolute() else base / v) for v in df["path"]]
+    dup = df.duplicated(list(FIELD_KEYS) + ["channel"], keep=False)
+    if dup.any():
+        first = df[dup].iloc[0]
+        raise CellicaError(
+            f"manifest {path}: several files for field {tuple(first[k] for k in FIELD_KEYS)} "
+            f"channel {first['channel']!r} (rows {(np.flatnonzero(dup.to_numpy())[:4] + 2).tolist()})"
+        )
+    return df
+
+
+def read_image(path: str) -> np.ndarray:
+    """Read one single-channel TIFF or PNG (8/16-bit integer or float) as a 2-D array."""
+    if not os.path.isfile(path):
+        raise CellicaError(f"image file {path} is missing")
+    try:
+        if path.lower().endswith((".tif", ".tiff")):
+            import tifffile
+
+            img = tifffile.imread(path)
+        else:
+            from PIL import Image
+
+            with Image.open(path) as im:
+                img = np.asarray(im)
+    except Exception as exc:
+        raise CellicaError(f"image file {path} is unreadable ({type(exc).__name__}: {exc})") from None
+    img = np.squeeze(img)
+    if img.ndim != 2:
+        raise CellicaError(f"image file {path}: expected one channel (2-D), got shape {img.shape}")
+    if img.dtype.kind == "f" and not np.isfinite(img).all():
+        raise CellicaError(f"image file {path}: {int((~np.isfinite(img)).sum())} NaN/Inf pixel(s)")
+    if img.dtype.kind not in "uif":
+        raise CellicaError(f"image file {path}: unsupported pixel type {img.dtype}")
+    return img
+
+
+def tile_grid(height: int, width: int, size: int, stride: int) -> tuple[list[tuple[int, int]], int]:
+    """Top-left corners of the whole tiles in a field, and the number of partial tiles dropped.
+
+    Tiles start every ``stride`` pixels; a tile that would cross the right or
+    bottom edge is partial and is dropped (and counted, for the log).
+    """
+    ys = [y for y in range(0, height, stride) if y + size <= height]
+    xs = [x for x in range(0, width, stride) if x + size <= width]
+    n_all = len(range(0, height, stride)) * len(range(0, width, stride))
+    return [(y, x) for y in ys for x in xs], n_all - len(ys) * len(xs)
+
+
+class _Fields:
+    """The manifest grouped into fields, with the checks that need all channels."""
+
+    def __init__(self, manifest: pd.DataFrame, p: IngestParams, source: str):
+        self.p = p
+        self.source = source
+        self.channel_dtypes: dict[int, tuple[np.dtype, str]] = {}
+        wanted = [str(c) for c in p.channels]
+        unknown = sorted(set(manifest["channel"]) - set(wanted))
+        if unknown:
+            log.info("ignoring manifest channel(s) %s not among the declared %s", unknown, wanted)
+        self.groups = []
+        self.skipped: list[dict[str, Any]] = []
+        for key, rows in manifest.groupby(list(FIELD_KEYS), sort=True):
+            by_channel = dict(zip(rows["channel"], rows["_file"], strict=True))
+            lacking = [c for c in wanted if c not in by_channel]
+            if lacking:
+                where = dict(zip(FIELD_KEYS, key, strict=True))
+                if p.incomplete_fields != "skip":
+                    raise CellicaError(
+                        f"manifest {source}: field {where} lacks declared channel(s) {lacking}; "
+                        "fix the manifest or set incomplete_fields: skip"
+                    )
+                self.skipped.append({**where, "missing_channels": lacking})
+                continue
+            self.groups.append((key, rows.iloc[0], [by_channel[c] for c in wanted]))
+        if self.skipped:
+            log.warning(
+                "skipped %d incomplete field(s) (all listed in the store's provenance), e.g. %s",
+                len(self.skipped), self.skipped[:3],
+            )
+        if not self.groups:
+            raise CellicaError(f"manifest {source}: no complete field to ingest")
+
+    def load(self, files: list[str]) -> np.ndarray:
+        """The field's channel images, stacked; every per-file problem names its file."""
+        imgs = [read_image(f) for f in files]
+        shapes = {f: im.shape for f, im in zip(files, imgs, strict=True)}
+        if len(set(shapes.values())) > 1:
+            raise CellicaError(f"channels of one field differ in shape: {shapes}")
+        for channel, (f, im) in enumerate(zip(files, imgs, strict=True)):
+            if im.dtype.kind == "f" and self.p.normalize is None:
+                raise CellicaError(f"image file {f}: float pixels ({im.dtype}) need normalize: percentile to "
+                                   "become integers")
+            # One bit depth per channel: an 8-bit file among 16-bit ones would sit at 0-255 beside
+            # values in the tens of thousands without anyone noticing.
+            first = self.channel_dtypes.setdefault(channel, (im.dtype, f))
+            if first[0] != im.dtype:
+                raise CellicaError(f"image file {f}: {im.dtype} pixels, but channel {self.p.channels[channel]!r} "
+                                   f"was {first[0]} in {first[1]}; convert the files to one bit depth")
+        return np.stack(imgs)
+
+
+def plate_percentiles(fields: _Fields) -> dict[str, dict[str, list[float]]]:
+    """Per (batch, plate): per-channel low/high intensity percentiles from a pixel sample."""
+    p = fields.p
+    rng = np.random.default_rng(p.seed)
+    samples: dict[str, list[np.ndarray]] = {}
+    for key, _, files in tqdm(fields.groups, desc="percentiles", unit="field", disable=None):
+        stack = fields.load(files).reshape(len(files), -1)
+        pick = rng.choice(stack.shape[1], size=min(p.sample_pixels, stack.shape[1]), replace=False)
+        samples.setdefault(_plate_key(key), []).append(stack[:, pick].astype(np.float64))
+    out = {}
+    for plate, chunks in samples.items():
+        pix = np.concatenate(chunks, axis=1)
+        lo, hi = np.percentile(pix, p.percentiles, axis=1)
+        out[plate] = {"low": lo.tolist(), "high": hi.tolist()}
+    return out
+
+
+def field_constant_columns(df: pd.DataFrame) -> list[str]:
+    """Optional manifest columns that are constant within every field (kept per tile).
+
+    Columns that vary between a field's channel files (file size, per-file
+    intensity statistics) describe files, not tiles, and are left out (logged).
+    """
+    extra = [c for c in df.columns if c not in (*MANIFEST_COLUMNS, "_file", "is_control", "channel")]
+    if not extra:
+        return []
+    varying = df.groupby(list(FIELD_KEYS))[extra].nunique(dropna=False).max() > 1
+    if varying.any():
+        log.info("per-file manifest column(s) not kept per tile: %s", list(varying[varying].index))
+    return [c for c in extra if not varying[c]]
+
+
+def _plate_key(key: tuple) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+def _to_dtype(stack: np.ndarray, dtype: np.dtype, norm: dict | None, source: str,
+              files: list[str] | None = None) -> np.ndarray:
+    info = np.iinfo(dtype)
+    if norm is not None:
+        lo = np.asarray(norm["low"])[:, None, None]
+        hi = np.asarray(norm["high"])[:, None, None]
+        scaled = (stack.astype(np.float64) - lo) / np.maximum(hi - lo, 1e-12)
+        return (np.clip(scaled, 0, 1) * info.max).round().astype(dtype)
+    if stack.dtype.kind == "f":
+        raise CellicaError(f"{source}: float images need normalize: percentile to become integers")
+    if stack.min() < 0 or stack.max() > info.max:
+        bad = int(np.flatnonzero((stack.reshape(len(stack), -1).min(axis=1) < 0)
+                                 | (stack.reshape(len(stack), -1).max(axis=1) > info.max))[0])
+        culprit = f"image file {files[bad]}" if files else source
+        raise CellicaError(
+            f"{culprit}: pixel values {stack[bad].min()}..{stack[bad].max()} do not fit {dtype}; "
+            "choose dtype uint16 or normalize: percentile"
+        )
+    return stack.astype(dtype)
+
+
+def _field_tiles(fields, key, first, files, norms, extra_cols, manifest: str, stride: int):
+    """The tiles of one field (channels stacked, converted, cut) and their metadata rows."""
+    p = fields.p
+    where = f"field {dict(zip(FIELD_KEYS, key, strict=True))}"
+    try:
+        stack = fields.load(files)
+    except CellicaError as exc:
+        raise CellicaError(f"manifest {manifest}, {where}: {exc}") from None
+    h, w = stack.shape[1:]
+    if h < p.tile_size or w < p.tile_size:
+        raise CellicaError(f"{where} ({files[0]}): {h}x{w} is smaller than tile_size {p.tile_size}")
+    stack = _to_dtype(stack, np.dtype(p.dtype), norms.get(_plate_key(key)), where, files)
+    corners, partial = tile_grid(h, w, p.tile_size, stride)
+    tiles = np.stack([stack[:, y : y + p.tile_size, x : x + p.tile_size] for y, x in corners])
+    meta = pd.DataFrame(
+        {
+            "tile_id": [f"{key[0]}-{key[1]}-{key[2]}-s{key[3]}-y{y}x{x}" for y, x in corners],
+            **{c: first[c] for c in (*FIELD_KEYS, "perturbation", "is_control")},
+            **{c: first[c] for c in extra_cols},
+            "field_y": [y for y, _ in corners],
+            "field_x": [x for _, x in corners],
+        },
+        index=range(len(corners)),
+    )
+    return tiles, meta[[*REQUIRED_COLUMNS, *extra_cols, "field_y", "field_x"]], partial
+
+
+def ingest(
+    manifest: str | os.PathLike, out: str | os.PathLike, params: IngestParams, overwrite: bool = False
+) -> TileStore:
+    """Ingest the images of a manifest into a new tile store.
+
+    Parameters
+    ----------
+    manifest
+        CSV with one row per image file (paths relative to the CSV's folder or absolute).
+    out
+        Target store directory.
+    params
+        Channels, tiling, column mapping and normalisation.
+    overwrite
+        Replace an existing store at ``out``.
+
+    Returns
+    -------
+    TileStore
+        The new store.
+    """
+    p = params
+    start = time.perf_counter()
+    stride = p.stride or p.tile_size
+    df = read_manifest(manifest, p)
+    fields = _Fields(df, p, str(manifest))
+    names = [str(c) for c in (p.channel_names or p.channels)]
+    if len(names) != len(p.channels):
+        raise CellicaError(f"{len(names)} channel_names for {len(p.channels)} channels")
+    norms = plate_percentiles(fields) if p.normalize else {}
+    extra_cols = field_constant_columns(df)
+    provenance = {
+        "source": "ingest",
+        "manifest": str(Path(manifest).resolve()),
+        "manifest_sha256": hashlib.sha256(Path(manifest).read_bytes()).hexdigest(),
+        "params": {k: v for k, v in vars(p).items()},
+        "normalization": norms,
+        "skipped_fields": fields.skipped,
+    }
+    n_partial = 0
+    writer = TileStore.create(out, names, (p.tile_size, p.tile_size), p.dtype, provenance, p.shard_tiles, overwrite)
+    with writer:
+        for key, first, files in tqdm(fields.groups, desc="ingest", unit="field", disable=None):
+            tiles, meta, partial = _field_tiles(fields, key, first, files, norms, extra_cols, str(manifest), stride)
+            n_partial += partial
+            writer.append(tiles, meta)
+        writer.attrs["provenance"]["dropped_partial_tiles"] = n_partial
+        store = writer.close()
+    log.info(
+        "ingested %d field(s) into %d tiles of %d x %d x %d (%d partial edge tiles dropped, "
+        "%d incomplete field(s) skipped) in %.1f s",
+        len(fields.groups), store.n_tiles, len(names), p.tile_size, p.tile_size, n_partial,
+        len(fields.skipped), time.perf_counter() - start,
+    )
+    return store

@@ -1,0 +1,348 @@
+"""The tile store: a zarr v3 group of image tiles plus per-tile metadata.
+
+Layout of ``STORE.zarr/`` (the contract every later stage reads)::
+
+    zarr.json            group attributes: channel_names, dtype, schema_version,
+                         n_tiles, tile_shape, provenance (how the store was made)
+    tiles/               array (N, C, H, W), uint8 or uint16, Blosc-zstd compressed,
+                         one chunk per tile, sharded ``shard_tiles`` tiles per file
+    metadata.parquet     one row per tile, in tile order: tile_id, plate, well, site,
+                         batch, perturbation, is_control (+ any optional columns)
+    ground_truth/        optional tables (simulated screens only)
+
+Stores are written into a temporary sibling directory and renamed into place only
+once complete and valid, so a failed run never leaves a half-written store.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from cellica.core.atomic import (
+    read_parquet,
+)
+from cellica.core.errors import CellicaError
+from cellica.core.logs import get_logger
+from cellica.store.metadata import (
+    GROUND_TRUTH_DIR,
+    METADATA_FILE,
+    normalise_metadata,
+)
+
+if TYPE_CHECKING:
+    from cellica.store.writer import TileStoreWriter
+
+log = get_logger("tilestore")
+
+
+class TileStore:
+    """Read access to a finished tile store.
+
+    Use :meth:`TileStore.open` to read and :meth:`TileStore.create` to write.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+        The store's directory.
+    metadata : pandas.DataFrame
+        One row per tile, in tile order.
+    """
+
+    def __init__(self, path: Path, array: Any, metadata: pd.DataFrame, attrs: dict):
+        self.path = path
+        self._array = array
+        self.metadata = metadata
+        self.attrs = attrs
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> TileStore:
+        """Open an existing store for reading (structure is checked, see :meth:`validate`)."""
+        import zarr
+
+        path = Path(path)
+        if not (path / "zarr.json").is_file():
+            raise CellicaError(f"{path}: not a tile store (no zarr.json); run simulate or ingest")
+        try:
+            group = zarr.open_group(str(path), mode="r", zarr_format=3)
+            array = group["tiles"]
+        except Exception as exc:  # zarr raises several types for a broken store
+            raise CellicaError(f"{path}: cannot open the tile store ({exc})") from None
+        meta_path = path / METADATA_FILE
+        if not meta_path.is_file():
+            raise CellicaError(f"{path}: missing {METADATA_FILE}")
+        metadata = normalise_metadata(read_parquet(meta_path, "tile metadata"), str(meta_path))
+        store = cls(path, array, metadata, dict(group.attrs))
+        store.validate()
+        return store
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike,
+        channel_names: list[str],
+        tile_size: tuple[int, int],
+        dtype: str = "uint16",
+        provenance: Mapping[str, Any] | None = None,
+        shard_tiles: int = 256,
+        overwrite: bool = False,
+        checksums: bool = True,
+    ) -> TileStoreWriter:
+        """Start writing a new store; returns a :class:`TileStoreWriter`.
+
+        Parameters
+        ----------
+        path
+            Target directory (conventionally ``*.zarr``).
+        channel_names
+            One name per channel, in array order.
+        tile_size
+            ``(H, W)`` of every tile.
+        dtype
+            ``"uint8"`` or ``"uint16"``.
+        provenance
+            How the store was made (JSON-serialisable), kept in the attributes.
+        shard_tiles
+            Tiles per shard file; a million tiles become ``1e6 / shard_tiles`` files.
+        overwrite
+            Replace an existing store at ``path`` (only once the new one is complete).
+        checksums
+            A crc32c checksum per chunk, verified on every read (default). ``False`` only
+            for measuring what the checksums cost (``benchmarks/tile_store.py``).
+        """
+        from cellica.store.writer import TileStoreWriter
+
+        return TileStoreWriter(
+            Path(path), list(channel_names), tuple(tile_size), dtype, dict(provenance or {}),
+            shard_tiles, overwrite, checksums,
+        )
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def n_tiles(self) -> int:
+        return int(self._array.shape[0])
+
+    @property
+    def n_channels(self) -> int:
+        return int(self._array.shape[1])
+
+    @property
+    def tile_shape(self) -> tuple[int, int]:
+        return int(self._array.shape[2]), int(self._array.shape[3])
+
+    @property
+    def channel_names(self) -> list[str]:
+        return list(self.attrs["channel_names"])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self._array.dtype)
+
+    @property
+    def shard_tiles(self) -> int:
+        return int(self.attrs.get("shard_tiles", self._array.shape[0] or 1))
+
+    def __len__(self) -> int:
+        return self.n_tiles
+
+    def __repr__(self) -> str:
+        return (
+            f"TileStore({str(self.path)!r}, n_tiles={self.n_tiles}, "
+            f"channels={self.channel_names}, tile_shape={self.tile_shape}, dtype={self.dtype})"
+        )
+
+    # ------------------------------------------------------------------ reading
+    def shard_file(self, shard: int) -> Path:
+        """The file holding shard ``shard`` (tiles ``shard * shard_tiles`` onwards)."""
+        return shard_path(self.path, shard)
+
+    def _checked(self, start: int, stop: int, read):
+        """Run ``read()`` for tiles ``start:stop``: their shard files must exist (a missing one
+        would read as zeros) and every chunk's checksum must match (zarr verifies it)."""
+        if stop <= start:
+            return read()
+        first, last = start // self.shard_tiles, (stop - 1) // self.shard_tiles
+        for shard in range(first, last + 1):
+            if not self.shard_file(shard).is_file():
+                lo, hi = shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles)
+                raise CellicaError(f"{self.path}: shard file {self.shard_file(shard)} (tiles {lo}-{hi - 1}) is "
+                                   "missing: the store is damaged (it would read as zeros); re-create it")
+        try:
+            return read()
+        except Exception as exc:
+            if first == last:
+                where = f"shard file {self.shard_file(first)}"
+            else:
+                where = f"shard files {self.shard_file(first).name}..{self.shard_file(last).name}"
+            raise CellicaError(f"{self.path}: {where} (tiles {start}-{stop - 1}) is damaged: "
+                               f"{type(exc).__name__}: {str(exc)[:160]}") from None
+
+    def read_range(self, start: int, stop: int) -> np.ndarray:
+        """Read tiles ``start:stop`` (a contiguous slab: the fast path), verified."""
+        return self._checked(start, stop, lambda: np.asarray(self._array[start:stop]))
+
+    def read(self, indices: np.ndarray | list[int]) -> np.ndarray:
+        """Read the tiles at ``indices`` (any order, repeats allowed) as one array.
+
+        Indices are grouped by shard and each group is read as one contiguous
+        slab, because zarr's fancy indexing across shards is an order of
+        magnitude slower than slab reads.
+        """
+        idx = np.asarray(indices, dtype=np.int64).ravel()
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n_tiles):
+            raise CellicaError(
+                f"{self.path}: tile index out of range [0, {self.n_tiles}): "
+                f"{int(idx.min())}..{int(idx.max())}"
+            )
+        out = np.empty((idx.size, self.n_channels, *self.tile_shape), dtype=self.dtype)
+        if idx.size == 0:
+            return out
+        order = np.argsort(idx, kind="stable")
+        sorted_idx = idx[order]
+        shard = sorted_idx // self.shard_tiles
+        bounds = np.flatnonzero(np.diff(shard)) + 1
+        for group in np.split(np.arange(idx.size), bounds):
+            members = sorted_idx[group]
+            lo, hi = int(members[0]), int(members[-1]) + 1
+            # Sparse picks in a shard are read one chunk each; dense ones as a slab.
+            if hi - lo > 4 * members.size:
+                slab = {int(i): self._checked(int(i), int(i) + 1, lambda i=i: np.asarray(self._array[int(i)]))
+                        for i in np.unique(members)}
+                out[order[group]] = np.stack([slab[int(i)] for i in members])
+            else:
+                out[order[group]] = self.read_range(lo, hi)[members - lo]
+        return out
+
+    def iter_blocks(self, block_tiles: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(start, tiles)`` over the whole store in order, shard-aligned."""
+        step = block_tiles or self.shard_tiles
+        for start in range(0, self.n_tiles, step):
+            yield start, self.read_range(start, min(start + step, self.n_tiles))
+
+    @property
+    def has_ground_truth(self) -> bool:
+        """Whether the store holds ground-truth tables (a simulated screen)."""
+        return (self.path / GROUND_TRUTH_DIR).is_dir()
+
+    def ground_truth(self, name: str) -> pd.DataFrame:
+        """Read a ground-truth table written by ``cellica simulate`` (e.g. ``latents``)."""
+        path = self.path / GROUND_TRUTH_DIR / f"{name}.parquet"
+        if not path.is_file():
+            raise CellicaError(f"{self.path}: no ground-truth table {name!r} (is it simulated?)")
+        return read_parquet(path, "ground-truth table")
+
+    # ------------------------------------------------------------------ checks
+    @property
+    def content_sha256(self) -> str:
+        """Digest of the store's contents (metadata and every shard file), recorded at write time
+        (computed now for stores written before it was recorded)."""
+        return self.attrs.get("content_sha256") or content_digest(self.path, self.n_tiles, self.shard_tiles)
+
+    def verify(self) -> dict[str, Any]:
+        """Read every tile, checking that every shard file exists, every chunk's checksum
+        and the recorded content digest; raises :class:`CellicaError` naming what is damaged."""
+        from tqdm.auto import tqdm
+
+        n_shards = -(-self.n_tiles // self.shard_tiles)
+        for shard in tqdm(range(n_shards), desc=f"verify {self.path.name}", unit="shard", disable=None):
+            self.read_range(shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles))
+        recorded = self.attrs.get("content_sha256")
+        if recorded and content_digest(self.path, self.n_tiles, self.shard_tiles) != recorded:
+            raise CellicaError(f"{self.path}: contents differ from the digest recorded when the store was written "
+                               "(a shard or the metadata was changed); re-create it")
+        return {"shards": n_shards, "tiles": self.n_tiles, "chunk_checksums": self.attrs.get("checksums") == "crc32c",
+                "content_digest": bool(recorded)}
+
+    def validate(self) -> None:
+        """Check the store against the contract; raise :class:`CellicaError` listing problems."""
+        from cellica.store.writer import validate_parts
+
+        problems = validate_parts(self._array.shape, str(self.dtype), self.metadata, self.attrs)
+        if problems:
+            raise CellicaError(f"{self.path}: invalid tile store: " + "; ".join(problems))
+
+    def describe(self, verify: bool = False, max_stat_tiles: int = 2048, max_rows: int = 30) -> str:
+        """A readable account of the store (``cellica inspect``): counts per batch, plate and
+        perturbation and channel intensities; with ``verify``, the result of :meth:`verify`."""
+        if verify:
+            r = self.verify()
+            return (f"{self.path}: OK: {r['tiles']} tiles in {r['shards']} shard(s) read back; chunk checksums "
+                    f"{'verified' if r['chunk_checksums'] else 'absent (a store written before crc32c)'}; content "
+                    f"digest {'matches' if r['content_digest'] else 'not recorded (an older store)'}")
+        info = self.summary(max_stat_tiles=max_stat_tiles)
+        lines = [f"store       {info['path']}", f"tiles       {info['n_tiles']} x {info['tile_shape']} {info['dtype']}",
+                 f"controls    {info['n_controls']}", f"source      {info['provenance'].get('source', '?')}"]
+        with pd.option_context("display.max_rows", max_rows, "display.width", 120):
+            for title, key in (("tiles per batch", "per_batch"), ("tiles per plate", "per_plate"),
+                               ("tiles per perturbation", "per_perturbation")):
+                lines.append(f"\n{title}:\n{info[key].head(max_rows).to_string()}")
+            lines.append(f"\nchannel intensities (sample of {info['stats_tiles']} tiles):")
+            lines.append(info["channel_stats"].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        return "\n".join(lines)
+
+    def summary(self, max_stat_tiles: int = 2048, seed: int = 0) -> dict[str, Any]:
+        """Counts per batch / plate / perturbation, controls, and channel intensity stats.
+
+        Intensity statistics use a seeded random sample of at most ``max_stat_tiles``
+        tiles so that inspecting a million-tile store stays quick.
+        """
+        md = self.metadata
+        n_sample = min(self.n_tiles, max_stat_tiles)
+        rng = np.random.default_rng(seed)
+        sample = np.sort(rng.choice(self.n_tiles, size=n_sample, replace=False))
+        tiles = self.read(sample).astype(np.float64)
+        per_channel = tiles.transpose(1, 0, 2, 3).reshape(self.n_channels, -1)
+        stats = pd.DataFrame(
+            {
+                "channel": self.channel_names,
+                "mean": per_channel.mean(axis=1),
+                "std": per_channel.std(axis=1),
+                "p01": np.percentile(per_channel, 1, axis=1),
+                "p99": np.percentile(per_channel, 99, axis=1),
+                "max": per_channel.max(axis=1),
+                "saturated_frac": (per_channel >= np.iinfo(self.dtype).max).mean(axis=1),
+            }
+        )
+        return {
+            "path": str(self.path),
+            "n_tiles": self.n_tiles,
+            "tile_shape": [self.n_channels, *self.tile_shape],
+            "dtype": str(self.dtype),
+            "n_controls": int(md["is_control"].sum()),
+            "per_batch": md.groupby("batch").size(),
+            "per_plate": md.groupby(["batch", "plate"]).size(),
+            "per_perturbation": md.groupby("perturbation").size().sort_values(ascending=False),
+            "channel_stats": stats,
+            "stats_tiles": n_sample,
+            "provenance": self.attrs.get("provenance", {}),
+        }
+
+
+def shard_path(store: Path, shard: int) -> Path:
+    """Where zarr keeps shard ``shard`` of the 4-D ``tiles`` array (default chunk-key encoding)."""
+    return Path(store) / "tiles" / "c" / str(shard) / "0" / "0" / "0"
+
+
+def content_digest(store: Path, n_tiles: int, shard_tiles: int) -> str:
+    """sha256 over the metadata table and every shard file, in shard order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    files = [Path(store) / METADATA_FILE] + [shard_path(store, i) for i in range(-(-n_tiles // shard_tiles))]
+    for f in files:
+        h.update(f.name.encode())
+        if f.is_file():
+            with open(f, "rb") as fh:
+                for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                    h.update(block)
+        else:
+            h.update(b"<missing>")
+    return h.hexdigest()
+
+

@@ -1,0 +1,246 @@
+"""The base of every transform: which controls fit it (a seeded split per batch), the
+per-batch corrections, and :class:`Transform` (the ``base`` variant: the identity),
+an estimator on AnnData that saves to a small ``.npz`` (arrays plus JSON; never pickle).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from cellica import __version__
+from cellica.core.adata import make_adata
+from cellica.core.atomic import atomic_output
+from cellica.core.contracts import FIT_COL
+from cellica.core.errors import CellicaError
+from cellica.core.logs import get_logger
+from cellica.core.threads import fixed_threads
+from cellica.transform.params import TransformParams
+
+log = get_logger("transforms")
+
+
+def controls_mask(obs: pd.DataFrame) -> np.ndarray:
+    """The controls whose statistics the transforms use (those marked ``transform_fit``)."""
+    ctrl = obs["is_control"].to_numpy(dtype=bool)
+    return ctrl & obs[FIT_COL].to_numpy(dtype=bool) if FIT_COL in obs else ctrl
+
+
+def usable_rows(obs: pd.DataFrame) -> np.ndarray:
+    """All samples except the controls held back for evaluation."""
+    ctrl = obs["is_control"].to_numpy(dtype=bool)
+    return ~ctrl | controls_mask(obs)
+
+
+def fit_control_mask(obs: pd.DataFrame, fraction: float, seed: int, batch_key: str) -> np.ndarray:
+    """Seeded split of the controls, per batch: ``fraction`` fit the transforms, the rest are
+    held back so that the classifiers compare perturbations with controls the transform never saw.
+
+    The split depends only on the sample ids, the batches and the seed, so every variant
+    (``base`` included) holds back the same controls.
+    """
+    ctrl = obs["is_control"].to_numpy(dtype=bool)
+    mask = ctrl.copy()
+    if fraction >= 1.0:
+        return mask
+    keys = obs[batch_key].astype(str).to_numpy() if batch_key in obs else np.zeros(len(obs), str)
+    ids = obs.index.astype(str).to_numpy()
+    rng = np.random.default_rng(seed)
+    for batch in sorted(set(keys[ctrl])):
+        rows = np.flatnonzero(ctrl & (keys == batch))
+        rows = rows[np.argsort(ids[rows], kind="stable")]
+        held = rng.permutation(rows.size)[: rows.size - max(1, int(round(fraction * rows.size)))]
+        mask[rows[held]] = False
+    return mask
+
+
+def batch_stats(x: np.ndarray, obs: pd.DataFrame, key: str, scale: bool, source: str) -> dict[str, tuple]:
+    """Per-batch (mean, std) of the controls; every batch must have controls."""
+    if key not in obs.columns:
+        raise CellicaError(f"{source}: batch_key {key!r} is not a metadata column")
+    ctrl = controls_mask(obs)
+    stats = {}
+    for batch in pd.unique(obs[key]):
+        rows = (obs[key] == batch).to_numpy() & ctrl
+        if not rows.any():
+            raise CellicaError(
+                f"{source}: batch {batch!r} has no control samples, but per-batch correction "
+                "uses each batch's controls; set batch_correction: none or add controls"
+            )
+        mean = x[rows].mean(axis=0)
+        std = x[rows].std(axis=0) if scale else None
+        if scale and rows.sum() < 2:
+            raise CellicaError(f"{source}: batch {batch!r} has one control sample; center_scale needs >= 2")
+        stats[batch] = (mean, std)
+    return stats
+
+
+def apply_batch_correction(x: np.ndarray, obs: pd.DataFrame, p: TransformParams, source: str) -> np.ndarray:
+    """Centre (and scale) each batch on its own controls."""
+    if p.batch_correction is None:
+        return x
+    scale = p.batch_correction == "center_scale"
+    out = np.empty_like(x)
+    keys = obs[p.batch_key].to_numpy()
+    for batch, (mean, std) in batch_stats(x, obs, p.batch_key, scale, source).items():
+        rows = keys == batch
+        out[rows] = x[rows] - mean
+        if scale:
+            out[rows] /= np.maximum(std, 1e-6 * max(float(std.max()), 1e-30))
+    return out
+
+
+def check_constant(x: np.ndarray, names: list[str], p: TransformParams, source: str) -> np.ndarray:
+    """Boolean mask of the features to keep; constant ones are an error unless drop_constant."""
+    const = x.std(axis=0) <= 1e-12 * max(1.0, float(np.abs(x).max()))
+    if const.any():
+        listed = [names[i] for i in np.flatnonzero(const)[:5]]
+        if not p.drop_constant:
+            raise CellicaError(
+                f"{source}: {int(const.sum())} feature(s) are constant on the fit set, e.g. {listed}; "
+                "they carry no information and cannot be scaled: set drop_constant: true to drop them (recorded)"
+            )
+        log.warning("dropping %d constant feature(s), e.g. %s", int(const.sum()), listed)
+    return ~const
+
+
+# ---------------------------------------------------------------------- estimators
+class Transform:
+    """Base class: the ``base`` variant (identity). Subclasses override ``_fit``/``_apply``."""
+
+    variant: ClassVar[str] = "base"
+    prefix: ClassVar[str] = ""
+    transductive: ClassVar[bool] = False
+
+    def __init__(self, params: TransformParams | None = None):
+        self.params = params or TransformParams()
+        self.arrays: dict[str, np.ndarray] = {}
+        self.info: dict[str, Any] = {}
+        self.in_features: list[str] | None = None
+
+    # -- public API
+    def fit(self, adata) -> Transform:
+        """Fit on a features AnnData (controls chosen by ``obs.is_control``, split by ``fit_fraction``)."""
+        with fixed_threads():
+            return self._fit_adata(adata)
+
+    def _fit_adata(self, adata) -> Transform:
+        t0 = time.perf_counter()
+        x = np.asarray(adata.X, dtype=np.float64)
+        self.in_features = list(map(str, adata.var_names))
+        obs = adata.obs.copy()
+        p = self.params
+        obs[FIT_COL] = fit_control_mask(obs, p.fit_fraction, p.seed, p.batch_key)
+        self._fitted = (list(map(str, adata.obs_names)), obs[FIT_COL].to_numpy())
+        self.info["fit_controls"] = int(obs[FIT_COL].sum())
+        self.info["held_back_controls"] = int((obs["is_control"] & ~obs[FIT_COL]).sum())
+        if p.fit_fraction >= 1.0:
+            log.warning("fit_fraction 1.0: every control fits the transform, so the evaluation will reuse them "
+                        "(it compares perturbations with the controls the transform was fit on: leakage)")
+        if p.standardize == "controls":
+            self._fit_standardize(x, obs, self._source(adata))
+        self._fit(self._standardize(x), obs, self._source(adata))
+        self.info["fit_seconds"] = round(time.perf_counter() - t0, 3)
+        self.info["fit_samples"] = int(adata.n_obs)
+        return self
+
+    def transform(self, adata):
+        """Apply the fitted transform; returns a new AnnData with provenance in ``.uns``."""
+        if self.in_features is None:
+            raise CellicaError(f"{self.variant}: transform called before fit")
+        source = self._source(adata)
+        if adata.n_vars != len(self.in_features):
+            raise CellicaError(
+                f"{source}: has {adata.n_vars} features but the {self.variant} transform was fitted on "
+                f"{len(self.in_features)}"
+            )
+        names = list(map(str, adata.var_names))
+        if names != self.in_features:
+            raise CellicaError(f"{source}: feature names differ from those the transform was fitted on")
+        obs = adata.obs.copy()
+        fitted = getattr(self, "_fitted", None)
+        if fitted is not None and fitted[0] == list(map(str, adata.obs_names)):
+            obs[FIT_COL] = fitted[1]
+        elif FIT_COL not in obs:  # new data: its own controls give the per-batch statistics
+            obs[FIT_COL] = obs["is_control"].to_numpy(dtype=bool)
+        with fixed_threads():
+            y = self._apply(self._standardize(np.asarray(adata.X, dtype=np.float64)), obs, source)
+        var = self.out_names(y.shape[1])
+        uns = dict(adata.uns)
+        uns["transform"] = {"variant": self.variant, "params": asdict(self.params), "diagnostics": self.info,
+                            "cellica_version": __version__, "in_features": len(self.in_features)}
+        return make_adata(y, obs, var, uns, source)
+
+    def fit_transform(self, adata):
+        return self.fit(adata).transform(adata)
+
+    def out_names(self, n: int) -> list[str]:
+        if not self.prefix:
+            return [self.in_features[i] for i in np.flatnonzero(self.arrays["keep"])] if "keep" in self.arrays else list(self.in_features)
+        return [f"{self.prefix}{i + 1}" for i in range(n)]
+
+    # -- persistence
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the fitted state to ``.npz`` (arrays + JSON metadata, no pickle)."""
+        path = Path(path)
+        with atomic_output(path, overwrite=True) as tmp:
+            self.write(tmp)
+        return path
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Write the fitted state to ``path`` as it is (no temporary file; see :meth:`save`)."""
+        meta = {"variant": self.variant, "params": asdict(self.params), "info": self.info,
+                "in_features": self.in_features, "cellica_version": __version__}
+        with open(path, "wb") as fh:
+            np.savez_compressed(fh, __meta__=np.array(json.dumps(meta)), **self.arrays)
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> Transform:
+        """Load a transform written by :meth:`save`."""
+        path = Path(path)
+        if not path.is_file():
+            raise CellicaError(f"transform model {path} does not exist")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(str(data["__meta__"]))
+                arrays = {k: data[k] for k in data.files if k != "__meta__"}
+        except Exception as exc:  # numpy raises several types for a damaged or foreign file
+            raise CellicaError(f"transform model {path} is unreadable ({type(exc).__name__}: {exc})") from None
+        from cellica.transform.variants import make_transform
+
+        obj = make_transform(meta["variant"], TransformParams(**meta["params"]))
+        obj.arrays, obj.info, obj.in_features = arrays, meta["info"], meta["in_features"]
+        return obj
+
+    def _fit_standardize(self, x: np.ndarray, obs: pd.DataFrame, source: str) -> None:
+        """One global z-score on all fitting controls at once (no per-batch statistics)."""
+        ctrl = controls_mask(obs)
+        if ctrl.sum() < 2:
+            raise CellicaError(f"{source}: standardize: controls needs >= 2 fitting controls, got {int(ctrl.sum())}")
+        sd = x[ctrl].std(axis=0)
+        self.arrays["standardize_mean"] = x[ctrl].mean(axis=0)
+        self.arrays["standardize_scale"] = 1.0 / np.maximum(sd, 1e-6 * max(float(sd.max()), 1e-30))
+        log.info("%s: standardised every feature on all %d fitting controls at once", self.variant, int(ctrl.sum()))
+
+    def _standardize(self, x: np.ndarray) -> np.ndarray:
+        if "standardize_mean" not in self.arrays:
+            return x
+        return (x - self.arrays["standardize_mean"]) * self.arrays["standardize_scale"]
+
+    # -- to override
+    def _fit(self, x: np.ndarray, obs: pd.DataFrame, source: str) -> None:
+        pass
+
+    def _apply(self, x: np.ndarray, obs: pd.DataFrame, source: str) -> np.ndarray:
+        return x
+
+    def _source(self, adata) -> str:
+        prov = adata.uns.get("provenance", {}) if hasattr(adata, "uns") else {}
+        return f"{self.variant} on {prov.get('table', prov.get('store', 'features'))}"

@@ -1,0 +1,44 @@
+"""The transform stage on files: fit a variant on a features file (or re-apply a saved
+transform) and write the transformed features with the estimator that made them."""
+
+from __future__ import annotations
+
+import os
+
+from cellica.core.adata import read_h5ad, write_h5ad
+from cellica.core.atomic import atomic_outputs
+from cellica.core.errors import CellicaError
+from cellica.core.logs import get_logger
+from cellica.transform.params import TransformParams
+
+log = get_logger("transforms")
+PathLike = str | os.PathLike
+
+
+def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
+                   params: TransformParams | None = None, model_out: PathLike | None = None,
+                   apply: PathLike | None = None):
+    """Fit ``variant`` on ``input`` and write the features (and, with ``model_out``, the fitted
+    transform: both committed together, or neither); or, with ``apply``, re-apply a saved
+    transform to ``input``. Returns the transformed AnnData."""
+    from cellica.transform.base import Transform
+    from cellica.transform.variants import make_transform
+
+    adata = read_h5ad(input)
+    if apply:
+        model = Transform.load(apply)
+        log.info("applying the saved %s transform %s to %s", model.variant, apply, input)
+        result = model.transform(adata)
+        write_h5ad(result, out)
+        return result
+    if not variant:
+        raise CellicaError("transform: give a variant (to fit) or a saved transform to apply")
+    model = make_transform(variant, params or TransformParams())
+    result = model.fit_transform(adata)
+    if not model_out:
+        write_h5ad(result, out)
+        return result
+    with atomic_outputs([out, model_out], overwrite=True) as (tmp_out, tmp_model):
+        result.write_h5ad(tmp_out)
+        model.write(tmp_model)
+    return result

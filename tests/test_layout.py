@@ -1,0 +1,66 @@
+"""The package's layout is the DAG: stage packages whose imports only point down.
+
+core <- store <- embed <- transform <- identify <- evaluate <- report <- config <- cli.
+No stage imports another's private names; only ``embed`` imports timm, only ``store``
+imports zarr; modules and functions stay small enough to read.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PKG = REPO / "src" / "cellica"
+RANK = {"core": 0, "store": 1, "embed": 2, "transform": 3, "identify": 4, "evaluate": 5, "report": 6,
+        "config": 7, "cli": 8}
+MODULES = sorted(PKG.rglob("*.py"))
+
+
+def _stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "cellica" and parts[1] in RANK else None
+
+
+def _imports(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, []
+
+
+def _own_stage(path: Path) -> str | None:
+    rel = path.relative_to(PKG).with_suffix("")
+    return rel.parts[0] if rel.parts[0] in RANK else None
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PKG)))
+def test_imports_point_down_and_stay_public(path):
+    own = _own_stage(path)
+    for module, names in _imports(path):
+        target = _stage(module)
+        if own is None or target is None or target == own:
+            continue
+        assert RANK[target] <= RANK[own], f"{path.name}: stage {own} imports {module} (a later stage)"
+        private = [n for n in names if n.startswith("_")]
+        assert not private, f"{path.name} imports private {private} from {module}"
+
+
+@pytest.mark.parametrize("library, stage", [("timm", "embed"), ("zarr", "store")])
+def test_only_one_stage_imports_a_heavy_format_library(library, stage):
+    users = {_own_stage(p) or p.name for p in MODULES for m, _ in _imports(p) if m.split(".")[0] == library}
+    assert users == {stage}, f"{library} is imported by {users}"
+
+
+def test_modules_and_functions_stay_small():
+    """Targets are ~300 lines per module and ~60 per function; these are the hard limits."""
+    for path in MODULES:
+        lines = len(path.read_text().splitlines())
+        assert lines <= 380, f"{path.relative_to(PKG)}: {lines} lines"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                size = node.end_lineno - node.lineno + 1
+                assert size <= 80, f"{path.relative_to(PKG)}:{node.name}: {size} lines"
