@@ -115,7 +115,7 @@ def test_cancelled_run_resumes_and_equals_a_local_run(cluster, config, local_run
     first = snakemake(workdir, config, profile=profile, popen=True)
     res = workdir / "results"
     # Cancel every job once the embeddings are gathered: the transforms are queued or running.
-    _wait_for(res / "embeddings" / "embeddings.h5ad", first, timeout=400)
+    _wait_for(res / "embeddings" / "seed0" / "embeddings.h5ad", first, timeout=400)
     t0 = time.monotonic()
     # The plugin puts the rule name in each job's comment (%k).
     while "transform" not in subprocess.run(["squeue", "-h", "-o", "%k"], capture_output=True, text=True).stdout:
@@ -124,8 +124,8 @@ def test_cancelled_run_resumes_and_equals_a_local_run(cluster, config, local_run
     subprocess.run(["scancel", "--user", "root"], check=True)
     out, _ = first.communicate(timeout=300)
     assert first.returncode != 0, f"snakemake did not notice the cancelled jobs:\n{out[-3000:]}"
-    finished = {p: p.stat().st_mtime_ns for p in (res / "mae" / "model.safetensors",
-                                                    res / "embeddings" / "embeddings.h5ad",
+    finished = {p: p.stat().st_mtime_ns for p in (res / "mae" / "seed0" / "model.safetensors",
+                                                    res / "embeddings" / "seed0" / "embeddings.h5ad",
                                                     res / "tiles.zarr" / "metadata.parquet")}
     assert not (res / "eval" / "summary.parquet").exists()
 
