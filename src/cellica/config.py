@@ -121,8 +121,9 @@ def schema_yaml() -> str:
 
 def defaults() -> dict[str, Any]:
     """The config every key of which has its default (what a run without a config file uses)."""
-    out = {k: v["default"] for k, v in config_schema()["properties"].items() if "default" in v}
-    for name, sec in config_schema()["properties"].items():
+    props = config_schema()["properties"]
+    out = {k: v["default"] for k, v in props.items() if "default" in v}
+    for name, sec in props.items():
         if sec.get("type") == "object":
             out[name] = {k: v["default"] for k, v in sec["properties"].items() if "default" in v}
     return out
@@ -161,20 +162,14 @@ def _explain(error) -> str:
     return f"config key {where}: {error.message}"
 
 
-def apply_overrides(config: dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
-    """Read ``section.key=value`` settings (``--config set=...``) into the config, typed by
-    the key's parameter field, and retype values that Snakemake's ``--config`` parsed as text.
+def apply_overrides(config: dict[str, Any]) -> dict[str, Any]:
+    """Retype the values Snakemake's ``--config section='{key: value}'`` delivers as text, by
+    the type of the key's parameter field (``'8'`` -> 8, ``'null'`` -> None).
 
     Returns the config (changed in place). A key that does not exist is left for
     :func:`config_problem` to name with its closest valid key.
     """
     kinds = _kinds()
-    for item in overrides or []:
-        key, sep, text = item.partition("=")
-        if not sep or "." not in key:
-            raise ValueError(f"--config set: expected section.key=value, got {item!r}")
-        section, name = key.strip().split(".", 1)
-        config.setdefault(section, {})[name] = _typed(text.strip(), kinds.get((section, name)))
     for (section, name), kind in kinds.items():
         sec = config.get(section) if section else config
         text = sec.get(name) if isinstance(sec, dict) else None
