@@ -29,3 +29,7 @@ rule all:
     input:
         final_outputs(),
     default_target: True
+
+
+onsuccess:
+    log_stage_times()

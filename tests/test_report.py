@@ -149,3 +149,35 @@ def test_pages_show_one_seed_of_a_multi_seed_run(eval_outputs, tmp_path):
     builder = ReportBuilder(inputs, tmp_path / "r")
     page = builder.build_genes(["GENE/1"])[0].read_text()
     assert "top-20 importances (of 5)" in page and "Classifier seed 0 (of 2" in page
+
+
+def test_gene_pages_in_chunks_and_a_paged_index(eval_outputs, tmp_path):
+    from cellica.report.params import ReportParams
+
+    out = tmp_path / "reports"
+    genes = sorted(ReportBuilder(eval_outputs, out).genes)
+    for i in range(2):  # two page jobs, as the DAG's report_pages runs them
+        build_report(eval_outputs, out, chunk=f"{i}/2", manifest=tmp_path / f"pages-{i}.tsv")
+    assert not (out / "index.html").exists()  # a page job writes no index
+    manifests = pd.concat([pd.read_csv(tmp_path / f"pages-{i}.tsv", sep="\t") for i in range(2)])
+    assert sorted(manifests["gene"]) == genes and manifests["page"].map(lambda p: (out / p).is_file()).all()
+    # the index job: with 2 genes per page, the 3 genes take 2 pages, linked from the index
+    with pytest.raises(CellicaError, match="page_size"):
+        ReportParams(page_size=1)
+    builder = ReportBuilder(eval_outputs, out, page_size=2)
+    index = builder.build_index()
+    pages = sorted((out / "gene_index").glob("genes-*.html"))
+    assert [p.name for p in pages] == ["genes-1.html", "genes-2.html"]
+    assert {"gene_index/genes-1.html", "gene_index/genes-2.html"} <= set(parse(index).links)
+    rows = [[link for link in parse(p).links if link.startswith("../genes/")] for p in pages]
+    assert [len(r) for r in rows] == [2, 1]
+    assert all((p.parent / link).resolve().is_file() for p, r in zip(pages, rows, strict=True) for link in r)
+    assert len([link for link in parse(index).links if link.startswith("genes/")]) == 2  # the first page only
+
+
+def test_a_page_job_reads_only_its_genes(eval_outputs, tmp_path):
+    builder = ReportBuilder(eval_outputs, tmp_path)
+    one = builder._read_per_gene(genes=[UNSAFE[0]])
+    assert set(one["gene"]) == {UNSAFE[0]} and len(one) == 2  # two variants, one seed
+    light = builder._read_per_gene(["gene", "variant", "no_such_column"])
+    assert list(light.columns) == ["gene", "variant"]

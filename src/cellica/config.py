@@ -20,6 +20,7 @@ from cellica.core.params import Kind, Params, param, section_schema, show
 from cellica.embed.params import EmbedParams, FeatureTableParams, TrainParams
 from cellica.evaluate.params import EvalParams
 from cellica.identify.params import AlignParams
+from cellica.report.params import ReportParams
 from cellica.store.params import IngestParams, SimulationParams
 from cellica.transform.params import TransformParams
 from cellica.transform.registry import VARIANT_NAMES
@@ -68,6 +69,9 @@ TransformKeys = _keys("transform", variants=(list[str], param(
         choices=("tiles", "wells"))))
 EvaluateKeys = _keys("evaluate", chunks=(int, param(
     1, "Jobs the genes are spread over (each a chunk of genes), merged per variant.", ge=1)))
+ReportKeys = _keys("report", chunks=(int, param(
+    1, "Jobs the gene pages are written by (each a chunk of genes, as evaluate.chunks splits them); the index is "
+    "one more job.", ge=1)))
 
 
 @dataclasses.dataclass
@@ -94,6 +98,7 @@ SECTIONS: dict[str, tuple[type[Params], ...]] = {
     "transform": (TransformKeys, TransformParams),
     "stability": (StabilityKeys, AlignParams),
     "evaluate": (EvaluateKeys, EvalParams),
+    "report": (ReportKeys, ReportParams),
 }
 
 

@@ -3,6 +3,7 @@ import hashlib
 import json
 import os
 import shlex
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
@@ -11,7 +12,8 @@ from cellica.config import apply_overrides, command_args, config_problem, config
 from cellica.embed.params import EmbedParams, FeatureTableParams, TrainParams
 from cellica.evaluate.params import EvalParams
 from cellica.identify.params import AlignParams
-from cellica.report.content import entity_label
+from cellica.report.content import entity_label, times_text
+from cellica.report.params import ReportParams
 from cellica.store.params import IngestParams, SimulationParams
 from cellica.transform.params import TransformParams
 from cellica.transform.registry import VARIANTS as VARIANT_REGISTRY, seeded_variants
@@ -49,6 +51,8 @@ SEED_FEATURES = f"{RESULTS}/features/seeds/{{variant}}-{{seed}}"
 EVAL = f"{RESULTS}/eval"
 SUMMARY = f"{EVAL}/summary.parquet"
 N_CHUNKS = config["evaluate"]["chunks"]
+N_PAGE_CHUNKS = config["report"]["chunks"]
+PAGES = f"{RESULTS}/report_pages"  # one table (gene, page) per job of gene pages
 ENTITY = entity_label(config["source"], config["features"]["column_map"])
 STABILITY = f"{RESULTS}/stability"
 ALIGNMENT = f"{STABILITY}/alignment.parquet"
@@ -144,7 +148,7 @@ def report_inputs(wildcards):
 
 
 def final_outputs():
-    outputs = [SUMMARY, f"{REPORTS}/index.html", f"{REPORTS}/genes"]
+    outputs = [SUMMARY, f"{REPORTS}/index.html", f"{REPORTS}/gene_index"]
     if config["source"] != "features":
         outputs.append(f"{RESULTS}/qc/tiles_summary.txt")
     return outputs
@@ -187,6 +191,20 @@ def log_effective_config():
         logger.info(f"  {line}")
 
 
+def log_stage_times():
+    """The run ends with the time and peak memory of its jobs (also on the index of the report)."""
+    logger.info(f"time and peak memory of every job, per step, from {BENCH} (also in {REPORTS}/index.html):\n"
+                f"{times_text(Path(BENCH))}")
+
+
+def log_where_progress_is():
+    """Jobs write their progress bars into their log files: say so where the user looks."""
+    logger.info(f"each job's progress (rate and ETA, a line every 30 s) is in its log file under {LOGS}/; "
+                f"e.g. `tail -f {LOGS}/train_mae/{MODEL_TAG}.log` while the MAE trains")
+
+
 onstart:
     log_effective_config()
+    log_where_progress_is()
     check_slurm_settings()
+

@@ -1,19 +1,59 @@
-# Stage 5: the HTML reports (index + one page per gene) and the Snakemake report hooks.
+# Stage 5: the HTML reports: gene pages in chunks of genes (separate jobs), then the index
+# (index.html and the paged gene index) with every job's time and peak memory; Snakemake report hooks.
+
+REPORT_ARGS = (
+    "cellica report --summary {input.summary:q} --per-gene {input.per_gene:q} --importances {input.importances:q}"
+    " --features {input.features:q} {params.store} --config-hash {params.config_hash} {params.alignment}"
+    " --entity {params.entity:q} {params.args} --out {params.reports:q}"
+)
+REPORT_PARAMS = {
+    "store": lambda wildcards, input: f"--store {shlex.quote(input.tiles)}" if "tiles" in input.keys() else "",
+    "alignment": lambda wildcards, input: (
+        f"--alignment {shlex.quote(input.alignment)}" if "alignment" in input.keys() else ""
+    ),
+    "config_hash": CONFIG_HASH,
+    "reports": REPORTS,
+    "entity": ENTITY,
+    "args": cli_args("report", ReportParams),
+}
+
+
+rule report_pages:
+    input:
+        unpack(report_inputs),
+    output:
+        manifest=f"{PAGES}/{{chunk}}-of-{N_PAGE_CHUNKS}.tsv",
+    log:
+        f"{LOGS}/report/pages-{{chunk}}-of-{N_PAGE_CHUNKS}.log",
+    benchmark:
+        f"{BENCH}/report_pages/{{chunk}}-of-{N_PAGE_CHUNKS}.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    params:
+        **REPORT_PARAMS,
+        chunk=lambda wildcards: f"{wildcards.chunk}/{N_PAGE_CHUNKS}",
+    shell:
+        f"{REPORT_ARGS} --chunk {{params.chunk}} --manifest {{output.manifest:q}} 2> {{log:q}}"
 
 
 rule report:
     input:
         unpack(report_inputs),
+        pages=expand(f"{PAGES}/{{chunk}}-of-{N_PAGE_CHUNKS}.tsv", chunk=range(N_PAGE_CHUNKS)),
     output:
         index=report(
             f"{REPORTS}/index.html",
             category="3. Reports",
             caption="../report/index.rst",
         ),
-        genes=report(
-            directory(f"{REPORTS}/genes"),
+        gene_index=report(
+            directory(f"{REPORTS}/gene_index"),
             category="3. Reports",
-            htmlindex="index.html",
+            htmlindex="genes-1.html",
             caption="../report/genes.rst",
         ),
     log:
@@ -27,17 +67,8 @@ rule report:
         mem_mb=4000,
         runtime=60,
     params:
-        store=lambda wildcards, input: f"--store {shlex.quote(input.tiles)}" if "tiles" in input.keys() else "",
-        alignment=lambda wildcards, input: (
-            f"--alignment {shlex.quote(input.alignment)}" if "alignment" in input.keys() else ""
-        ),
+        **{**REPORT_PARAMS, "reports": lambda wildcards, output: os.path.dirname(output.index)},
         bench=BENCH,
-        config_hash=CONFIG_HASH,
         config_file=CONFIG_FILE,
-        reports=lambda wildcards, output: os.path.dirname(output.index),
-        entity=ENTITY,
     shell:
-        "cellica report --summary {input.summary:q} --per-gene {input.per_gene:q} --importances {input.importances:q}"
-        " --features {input.features:q} {params.store} --benchmarks {params.bench:q} --config {params.config_file:q}"
-        " --config-hash {params.config_hash} {params.alignment} --entity {params.entity:q} --out {params.reports:q}"
-        " 2> {log:q}"
+        f"{REPORT_ARGS} --index-only --benchmarks {{params.bench:q}} --config {{params.config_file:q}} 2> {{log:q}}"

@@ -105,10 +105,12 @@ def align(ns: argparse.Namespace) -> None:
 
 def report(ns: argparse.Namespace) -> None:
     from cellica.report.build import report_from_files
+    from cellica.report.params import ReportParams
 
     report_from_files(ns.summary, ns.per_gene, ns.importances, ns.out, features=ns.features, store=ns.store,
                       benchmarks=ns.benchmarks, config=ns.config, config_hash=ns.config_hash,
-                      alignment=ns.alignment, entity=ns.entity, genes=ns.gene)
+                      alignment=ns.alignment, entity=ns.entity, genes=ns.gene, params=params_of(ReportParams, ns),
+                      chunk=ns.chunk, index_only=ns.index_only, manifest=ns.manifest)
 
 
 def schema(ns: argparse.Namespace) -> None:

@@ -93,9 +93,13 @@ COMMANDS = [
       ("--config-hash", {"default": ""}),
       ("--alignment", {"default": None, "help": "stability/alignment.parquet (cellica align between MAE seeds)"}),
       ("--gene", {"nargs": "*", "default": None, "help": "only these genes' pages (default: all)"}),
+      ("--chunk", {"default": None, "help": "i/n: only the pages of the genes of chunk i of n (no index)"}),
+      ("--index-only", {"action": "store_true", "help": "only index.html and the paged gene index"}),
+      ("--manifest", {"default": None, "help": "with --chunk: table of the pages written (*.tsv)"}),
       ("--entity", {"default": "gene", "help": "what the perturbations are called on the pages (gene, compound, "
                     "MoA, perturbation, ...)"}),
-      ("--out", {**REQ, "help": "report folder (index.html, genes/)"})], None),
+      ("--out", {**REQ, "help": "report folder (index.html, gene_index/, genes/)"})],
+     ("report.params", "ReportParams")),
     ("schema", "print (or write) the workflow's config schema, generated from the parameter classes",
      commands.schema, [("--out", {"default": None, "help": "file to write (workflow/schemas/config.schema.yaml)"}),
                        ("--docs", {"default": None, "help": "also write the configuration reference into this "

@@ -241,14 +241,17 @@ def write_parquets(tables: Sequence, paths: Sequence[str | os.PathLike]) -> list
     return [Path(p) for p in paths]
 
 
-def read_parquet(path: str | os.PathLike, what: str = "table"):
-    """Read a parquet table; a missing or corrupt file is a :class:`CellicaError` naming it."""
+def read_parquet(path: str | os.PathLike, what: str = "table", columns: list[str] | None = None,
+                 filters: list | None = None):
+    """Read a parquet table (optionally only ``columns``, and only the rows passing pyarrow
+    ``filters``, e.g. ``[("gene", "in", genes)]``: neither is read into memory otherwise);
+    a missing or corrupt file is a :class:`CellicaError` naming it."""
     import pandas as pd
 
     path = Path(path)
     if not path.is_file():
         raise CellicaError(f"{what} {path} does not exist")
     try:
-        return pd.read_parquet(path)
+        return pd.read_parquet(path, columns=columns, filters=filters)
     except Exception as exc:  # pyarrow raises several types for a damaged file
         raise CellicaError(f"{what} {path} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None

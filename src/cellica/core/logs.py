@@ -47,3 +47,39 @@ def timed(logger: logging.Logger, what: str) -> Iterator[None]:
     start = time.perf_counter()
     yield
     logger.info("%s took %.2f s", what, time.perf_counter() - start)
+
+
+class _LogLines:
+    """A file for tqdm in a log file: each refresh becomes its own line (tqdm's carriage
+    returns would pile up on one line that ``tail -f`` shows only when it ends)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        text = text.replace("\r", "").strip()
+        if text:
+            self.stream.write(text + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def progress(iterable=None, *, total: int | None = None, desc: str = "", unit: str = "it", interval: float = 30.0):
+    """A progress bar with rate and ETA (tqdm) on stderr.
+
+    On a terminal it is tqdm's live bar. In a log file (every Snakemake job's ``log:``),
+    where tqdm would otherwise switch itself off, it writes one line every ``interval``
+    seconds (``CELLICA_PROGRESS_SECONDS`` overrides it), so ``tail -f`` on a job's log
+    shows how far it is and when it will end.
+    """
+    import os
+
+    from tqdm.auto import tqdm
+
+    stream = sys.stderr
+    if stream.isatty():
+        return tqdm(iterable, total=total, desc=desc, unit=unit)
+    seconds = float(os.environ.get("CELLICA_PROGRESS_SECONDS", interval))
+    return tqdm(iterable, total=total, desc=desc, unit=unit, file=_LogLines(stream), mininterval=seconds,
+                maxinterval=max(seconds, 1.0), ascii=True, ncols=100)

@@ -21,12 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from cellica import __version__
 from cellica.core.adata import make_adata, read_h5ad, write_h5ad
 from cellica.core.errors import CellicaError
-from cellica.core.logs import get_logger
+from cellica.core.logs import get_logger, progress
 from cellica.embed.checkpoints import load_encoder
 from cellica.embed.loader import TileBlocks, make_loader
 from cellica.embed.params import EmbedParams
@@ -58,7 +57,7 @@ def _encode_all(model, data, p: EmbedParams, device, shard: tuple[int, int, int,
     i, n, start, stop = shard
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     chunks, seen = [], []
-    bar = tqdm(total=stop - start, desc=f"embed {i}/{n}", unit="tile", disable=None)
+    bar = progress(total=stop - start, desc=f"embed {i}/{n}", unit="tile")
     with torch.inference_mode():
         for idx, x in make_loader(data, p.num_workers):
             with autocast:

@@ -21,11 +21,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from cellica.core.atomic import atomic_output
 from cellica.core.errors import CellicaError
-from cellica.core.logs import get_logger
+from cellica.core.logs import get_logger, progress
 from cellica.embed.checkpoints import save_model
 from cellica.embed.loader import TileBlocks, make_loader
 from cellica.embed.mae import MaskedAutoencoder, TileNormalizer
@@ -137,7 +136,7 @@ def _train_epoch(parts, data, p: TrainParams, epoch: int, device, n_tiles: int) 
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     gen = torch.Generator(device=device).manual_seed(p.seed * 1000 + epoch)
     losses, counts = [], []
-    bar = tqdm(total=n_tiles, desc=f"epoch {epoch + 1}/{p.epochs}", unit="tile", disable=None)
+    bar = progress(total=n_tiles, desc=f"epoch {epoch + 1}/{p.epochs}", unit="tile")
     for _, x in make_loader(data, p.num_workers):
         x = x.to(device, non_blocking=True)
         with autocast:

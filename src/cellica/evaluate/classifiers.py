@@ -14,6 +14,7 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.evaluate.controls import check_batches, fit_key, subsample_training
 from cellica.evaluate.metrics import biological_variation, concentration, hoyer_sparsity
 from cellica.evaluate.params import EvalParams
 
@@ -114,6 +115,7 @@ class GeneClassifiers:
         self.batch = obs[params.batch_key].astype(str).to_numpy()
         self.perts = obs["perturbation"].astype(str).to_numpy()
         self.guide = obs["guide"].astype(str).to_numpy() if "guide" in obs else self.perts
+        check_batches(self.batch, self.ctrl, params.max_controls, params.min_controls_per_batch)
         self.levels = None
         self.full = None
         self.inputs = self.x  # what the classifiers see
@@ -179,8 +181,10 @@ class GeneClassifiers:
         if not folds:
             row["skipped"] = "; ".join(notes) or "no usable fold"
             return row, None
-        aurocs, guide_auc, sparsities, concs, imps, curves = [], {}, [], [], [], []
-        for train, test in folds:
+        aurocs, guide_auc, sparsities, concs, imps, curves, n_train = [], {}, [], [], [], [], []
+        for k, (train, test) in enumerate(folds):
+            train = self._budget(train, gene, k)
+            n_train.append(int(self.ctrl[train].sum()))
             y_train, y_test = pert[train], pert[test]
             score, imp = self.fit_predict(train, y_train, test)
             aurocs.append(_auroc(y_test, score))
@@ -192,7 +196,7 @@ class GeneClassifiers:
             sparsities.append(hoyer_sparsity(imp))
             bio_test = biological_variation(self.x[test][y_test], self.x[test][~y_test])
             concs.append(concentration(imp, bio_test, p.top_fraction))
-        within = self._within_batch_auroc(pert)
+        within = self._within_batch_auroc(pert, gene)
         mean_imp = np.mean(imps, axis=0)
         no_split = not any(i.sum() > 0 for i in imps)
         row.update(
@@ -201,7 +205,7 @@ class GeneClassifiers:
             auroc_by_guide=json.dumps({g: round(float(np.nanmean(v)), 4) for g, v in guide_auc.items()}),
             sparsity=_nanmean(sparsities), concentration=_nanmean(concs), no_split=no_split,
             no_split_reason=self._no_split_reason(pert, folds) if no_split else "",
-            notes="; ".join(notes), roc_folds=json.dumps(curves),
+            notes="; ".join(notes), roc_folds=json.dumps(curves), n_train_controls=int(np.median(n_train)),
         )
         return row, mean_imp
 
@@ -244,9 +248,15 @@ class GeneClassifiers:
         skf = StratifiedKFold(n_splits=n_splits, shuffle=True, random_state=self.seed)
         return [(rows[a], rows[b]) for a, b in skf.split(rows, y)]
 
-    def _within_batch_auroc(self, pert: np.ndarray) -> float:
+    def _budget(self, train: np.ndarray, gene: str, fold: int) -> np.ndarray:
+        """The fit's training rows with its controls cut to ``max_controls`` (all when null)."""
+        return subsample_training(train, self.ctrl, self.batch, self.p.max_controls, self.p.min_controls_per_batch,
+                                  fit_key(self.seed, gene, fold))
+
+    def _within_batch_auroc(self, pert: np.ndarray, gene: str) -> float:
         scores = []
-        for train, test in self._random_folds(pert):
+        for k, (train, test) in enumerate(self._random_folds(pert)):
+            train = self._budget(train, gene, 1000 + k)  # its own stream, apart from the held-out folds'
             score, _ = self.fit_predict(train, pert[train], test)
             scores.append(_auroc(pert[test], score))
         return float(np.nanmean(scores)) if scores else float("nan")

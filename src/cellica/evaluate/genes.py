@@ -42,13 +42,12 @@ from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from cellica import __version__
 from cellica.core.adata import aggregate_wells
 from cellica.core.contracts import FIT_COL
 from cellica.core.errors import CellicaError
-from cellica.core.logs import get_logger
+from cellica.core.logs import get_logger, progress
 from cellica.evaluate.classifiers import GeneClassifiers
 from cellica.evaluate.params import EvalParams
 from cellica.evaluate.truth import truth_alignment
@@ -196,8 +195,8 @@ def _evaluate_seed(adata, p: EvalParams, seed: int, chunk, variant: str, threads
     # LightGBM releases the GIL: one single-threaded model per worker thread, genes in parallel;
     # pool.map keeps the genes' order, so the tables do not depend on the thread count.
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        results = list(tqdm(pool.map(clf.evaluate_gene, genes), total=len(genes),
-                            desc=f"evaluate {variant} seed {seed}", unit="gene", disable=None))
+        results = list(progress(pool.map(clf.evaluate_gene, genes), total=len(genes),
+                            desc=f"evaluate {variant} seed {seed}", unit="gene"))
     rows, imps = [], []
     names = list(map(str, adata.var_names))
     for row, imp in results:

@@ -47,6 +47,13 @@ class EvalParams(Params):
                                  "the numbers a lot).", choices=("gain", "split"))
     top_fraction: float = param(0.25, "The top share of features in which concentration is measured.", gt=0, lt=1)
     min_samples: int = param(4, "Genes with fewer samples are skipped (with the reason in the table).", ge=2)
+    max_controls: int | None = param(None, "Control budget: the most controls one classifier trains on, a seeded "
+                                     "subsample of its training controls stratified by batch, drawn per gene and "
+                                     "fold (null: every control, the paper's recipe). Test rows keep every control. "
+                                     "benchmarks/controls.py measures what a budget changes and saves.", ge=10)
+    min_controls_per_batch: int = param(50, "Control budget only: the least controls drawn from each batch of a "
+                                        "training set (all of them when a fold has fewer); a batch with fewer "
+                                        "controls than this in the whole table is an error.", ge=1)
     max_batch_samples: int = param(5000, "Seeded subsample cap of the controls for the batch metrics.", ge=10)
     map_null_size: int = param(10000, "Permutation null size of the copairs mAP p-values.", ge=100)
     map_threshold: float = param(0.05, "FDR threshold at which a perturbation counts as active.", gt=0, le=1)

@@ -106,14 +106,32 @@ def entity_label(source: str, column_map: dict[str, str] | None = None) -> str:
 
 
 def stage_times(bench_dir: Path | None) -> pd.DataFrame:
-    """Wall time and peak memory per rule, from Snakemake's ``benchmark:`` files."""
+    """Per rule, from Snakemake's ``benchmark:`` files: jobs, summed and longest wall time,
+    summed CPU time and the largest peak memory of any one job (what a cluster request needs)."""
     rows = []
     if bench_dir and bench_dir.is_dir():
         for tsv in sorted(bench_dir.rglob("*.tsv")):
             t = pd.read_csv(tsv, sep="\t")
-            rows.append({"step": str(tsv.relative_to(bench_dir).with_suffix("")), "seconds": float(t["s"].iloc[0]),
+            rel = tsv.relative_to(bench_dir).with_suffix("")
+            rows.append({"step": rel.parts[0] if len(rel.parts) > 1 else rel.name, "seconds": float(t["s"].iloc[0]),
+                         "cpu_seconds": float(t["cpu_time"].iloc[0]) if "cpu_time" in t else float("nan"),
                          "max_rss_mb": float(t["max_rss"].iloc[0]) if "max_rss" in t else float("nan")})
-    return pd.DataFrame(rows, columns=["step", "seconds", "max_rss_mb"])
+    columns = ["step", "jobs", "seconds", "longest", "cpu_seconds", "max_rss_mb"]
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    jobs = pd.DataFrame(rows)
+    table = jobs.groupby("step", sort=False).agg(
+        jobs=("seconds", "size"), seconds=("seconds", "sum"), longest=("seconds", "max"),
+        cpu_seconds=("cpu_seconds", "sum"), max_rss_mb=("max_rss_mb", "max")).reset_index()
+    return table[columns]
+
+
+def times_text(bench_dir: Path | None) -> str:
+    """:func:`stage_times` as aligned text (the end of a run's log)."""
+    t = stage_times(bench_dir)
+    if t.empty:
+        return "no benchmark files"
+    return t.to_string(index=False, float_format=lambda v: f"{v:.1f}")
 
 
 def transform_diagnostics(features: dict[str, Path]) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from cellica import __version__
 from cellica.core.atomic import atomic_output, read_parquet
 from cellica.core.contracts import held_back_mask
 from cellica.core.errors import CellicaError
-from cellica.core.logs import get_logger
+from cellica.core.logs import get_logger, progress
 from cellica.core.names import safe_filename
 from cellica.evaluate.genes import mean_roc
 from cellica.report.content import (
@@ -39,6 +39,7 @@ from cellica.report.content import (
     stage_times,
     transform_diagnostics,
 )
+from cellica.report.paging import INDEX_COLUMNS, gene_rows, page_links, write_gene_index
 from cellica.report.svg import PALETTE, bar_chart, line_chart, scatter
 
 log = get_logger("report")
@@ -47,16 +48,22 @@ log = get_logger("report")
 class ReportBuilder:
     """Builds the index and per-gene pages from the evaluation outputs."""
 
-    def __init__(self, inputs: ReportInputs, out_dir: str | os.PathLike, max_points: int = 400, seed: int = 0):
+    def __init__(self, inputs: ReportInputs, out_dir: str | os.PathLike, max_points: int = 400, seed: int = 0,
+                 page_size: int = 500):
         self.inp = inputs
         self.out = Path(out_dir)
         self.max_points = max_points
         self.seed = seed
+        if page_size < 1:
+            raise CellicaError(f"report: page_size must be >= 1, got {page_size}")
+        self.page_size = page_size
         for label, path in [("summary", inputs.summary), *[(f"per-gene table of {v}", p) for v, p in inputs.per_gene.items()]]:
             if not Path(path).is_file():
                 raise CellicaError(f"report: {label} {path} does not exist (run the evaluate stage first)")
         self.summary = read_parquet(inputs.summary, "summary")
-        per_gene = pd.concat([read_parquet(p, "per-gene table") for p in inputs.per_gene.values()], ignore_index=True)
+        # Only the columns and genes a job shows are read: memory does not grow with the genes
+        # outside a chunk of pages (a genome-wide screen has 20,000).
+        per_gene = self._read_per_gene(INDEX_COLUMNS)
         # Pages show the first evaluation seed's classifiers; means, intervals and seed noise
         # over all seeds are in the summary.
         self.seeds = sorted(per_gene["seed"].unique()) if "seed" in per_gene else [0]
@@ -85,25 +92,13 @@ class ReportBuilder:
                        "cells": [_fmt(int(counts.loc[m, v])) if v in counts.columns and counts.loc[m, v] == counts.loc[m, v]
                                  else "n/a" for v in variants]}
                       for m, label in COUNT_METRICS.items() if m in counts.index]
-        auc = self.per_gene.pivot_table(index="gene", columns="variant", values="auroc_mean")
-        sp = self.per_gene.pivot_table(index="gene", columns="variant", values="sparsity")
-        meta = self.per_gene.drop_duplicates("gene").set_index("gene")
-        no_split = self.per_gene.groupby("gene")["no_split"].any() if "no_split" in self.per_gene else {}
-        gene_rows = []
-        for g in self.genes:
-            a = [auc.loc[g, v] if g in auc.index and v in auc.columns else float("nan") for v in self.variants]
-            top = np.nanmax(a) if np.isfinite(a).any() else np.nan
-            gene_rows.append({
-                "gene": g, "link": self.links[g], "n": int(meta.loc[g, "n_samples"]), "batches": meta.loc[g, "batches"],
-                "skipped": meta.loc[g, "skipped"], "split": meta.loc[g].get("split", ""),
-                "no_split": bool(no_split.get(g, False)) if len(no_split) else False,
-                "auroc": [(_fmt(x), bool(np.isfinite(x) and x == top)) for x in a],
-                "sparsity": [_fmt(sp.loc[g, v] if g in sp.index and v in sp.columns else float("nan")) for v in self.variants],
-            })
+        rows = gene_rows(self.per_gene, self.genes, self.variants, self.links)
         charts = [self._ci_chart(metric, means, variants) for metric in ("auroc_heldout", "sparsity", "concentration")
                   if metric in means.index.get_level_values(0)]
         return {"variants": variants, "gene_variants": self.variants, "metric_rows": metric_rows,
-                "count_rows": count_rows, "gene_rows": gene_rows, "charts": charts, "entity": entity,
+                "count_rows": count_rows, "gene_rows": rows[:self.page_size], "charts": charts, "entity": entity,
+                "all_rows": rows, "n_rows": len(rows), "prefix": "", "page": None,
+                "pages": page_links(len(rows), self.page_size, ""),
                 "claims": s[s["table"] == "claim"][["row", "verdict", "detail"]].to_dict("records"),
                 "comparisons": self._comparisons(), "seeds": [int(x) for x in self.seeds],
                 "diagnostics": transform_diagnostics(self.inp.features) if self.inp.features else [],
@@ -162,8 +157,23 @@ class ReportBuilder:
                 "source": str(self.inp.alignment)}
 
     def build_index(self) -> Path:
-        html = self.env.get_template("index.html").render(**self.index_context())
+        """Write ``index.html`` and the paged gene index (``gene_index/genes-<k>.html``)."""
+        ctx = self.index_context()
+        html = self.env.get_template("index.html").render(**ctx)
+        keep = ("gene_variants", "entity", "seeds", "prov")
+        write_gene_index(self.env, ctx["all_rows"], self.out, self.page_size, {k: ctx[k] for k in keep}, _write)
         return _write(self.out / "index.html", html)
+
+    def _read_per_gene(self, columns: list[str] | None = None, genes: list[str] | None = None) -> pd.DataFrame:
+        """The per-gene tables of every variant: only ``columns`` (those present), only ``genes``."""
+        import pyarrow.parquet as pq
+
+        tables = []
+        for p in self.inp.per_gene.values():
+            cols = None if columns is None else [c for c in columns if c in pq.read_schema(p).names]
+            tables.append(read_parquet(p, "per-gene table", columns=cols,
+                                       filters=None if genes is None else [("gene", "in", list(genes))]))
+        return pd.concat(tables, ignore_index=True)
 
     # ------------------------------------------------------------------ genes
     def _load_features(self) -> dict[str, Any]:
@@ -172,7 +182,7 @@ class ReportBuilder:
         data = {}
         for v, path in self.inp.features.items():
             if Path(path).is_file():
-                data[v] = ad.read_h5ad(path)
+                data[v] = ad.read_h5ad(path, backed="r")  # only the rows a plot shows are read
         return data
 
     def _thumbnails(self, store, gene: str) -> dict[str, str]:
@@ -195,6 +205,7 @@ class ReportBuilder:
         unknown = [g for g in genes if g not in self.links]
         if unknown:
             raise CellicaError(f"report: no results for gene(s) {unknown[:5]}; known genes include {self.genes[:5]}")
+        self.per_gene = self._first_seed(self._read_per_gene(genes=genes))
         features = self._load_features()
         store, store_note = None, ""
         if self.inp.store is not None:
@@ -207,17 +218,13 @@ class ReportBuilder:
         else:
             store_note = "Example tiles are unavailable: this run has no tile store (features were imported)."
         # Grouped once: filtering a genes x features table per gene would be quadratic.
-        imps = {v: {str(g): t for g, t in self._first_seed(read_parquet(p, "importances")).groupby("gene", sort=False)}
+        imps = {v: {str(g): t for g, t in self._first_seed(read_parquet(p, "importances", filters=[
+                    ("gene", "in", list(genes))])).groupby("gene", sort=False)}
                 for v, p in self.inp.importances.items() if Path(p).is_file()}
         effects = store.ground_truth("effects").set_index("gene") if store is not None and store.has_ground_truth else None
         template = self.env.get_template("gene.html")
-        # The folder's own entry page (Snakemake's report embeds the folder through it).
-        links = [(g, Path(self.links[g]).name) for g in self.genes]
-        _write(self.out / "genes" / "index.html",
-               self.env.get_template("genes_index.html").render(links=links, prov=self.provenance,
-                                                                entity=self.inp.entity))
         paths = []
-        for gene in genes:
+        for gene in progress(genes, desc="gene pages", unit="page"):
             ctx = self.gene_context(gene, features, imps, store, effects)
             ctx["store_note"] = store_note
             paths.append(_write(self.out / self.links[gene], template.render(**ctx)))
@@ -341,7 +348,9 @@ class ReportBuilder:
         ctrl = rng.choice(ctrl, min(ctrl.size, self.max_points), replace=False)
         pert = rng.choice(pert, min(pert.size, self.max_points), replace=False)
         cols = [list(adata.var_names).index(t) for t in top]
-        x = np.asarray(adata.X[:, cols])
+        rows = np.unique(np.concatenate([ctrl, pert]))
+        x = np.zeros((adata.n_obs, 2), np.float32)
+        x[rows] = np.asarray(adata.X[rows])[:, cols]  # rows read in order: backed files read only these
         pts = [(float(x[i, 0]), float(x[i, 1]), f"ctrl {obs['batch'].iloc[i]}") for i in ctrl]
         pts += [(float(x[i, 0]), float(x[i, 1]), gene) for i in pert]
         return scatter(pts, f"{variant}: top-2 features", top[0], top[1], highlight=gene)

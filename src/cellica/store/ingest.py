@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from cellica.core.errors import CellicaError
-from cellica.core.logs import get_logger
+from cellica.core.logs import get_logger, progress
 from cellica.store.metadata import REQUIRED_COLUMNS
 from cellica.store.params import IngestParams
 from cellica.store.tilestore import TileStore
@@ -183,7 +182,7 @@ def plate_percentiles(fields: _Fields) -> dict[str, dict[str, list[float]]]:
     p = fields.p
     rng = np.random.default_rng(p.seed)
     samples: dict[str, list[np.ndarray]] = {}
-    for key, _, files in tqdm(fields.groups, desc="percentiles", unit="field", disable=None):
+    for key, _, files in progress(fields.groups, desc="percentiles", unit="field"):
         stack = fields.load(files).reshape(len(files), -1)
         pick = rng.choice(stack.shape[1], size=min(p.sample_pixels, stack.shape[1]), replace=False)
         samples.setdefault(_plate_key(key), []).append(stack[:, pick].astype(np.float64))
@@ -304,7 +303,7 @@ def ingest(
     n_partial = 0
     writer = TileStore.create(out, names, (p.tile_size, p.tile_size), p.dtype, provenance, p.shard_tiles, overwrite)
     with writer:
-        for key, first, files in tqdm(fields.groups, desc="ingest", unit="field", disable=None):
+        for key, first, files in progress(fields.groups, desc="ingest", unit="field"):
             tiles, meta, partial = _field_tiles(fields, key, first, files, norms, extra_cols, str(manifest), stride)
             n_partial += partial
             writer.append(tiles, meta)

@@ -24,9 +24,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
-from cellica.core.logs import get_logger
+from cellica.core.logs import get_logger, progress
 from cellica.store.params import CHANNELS, SimulationParams
 from cellica.store.render import FACTOR_NAMES, FACTORS, Renderer, apply_batch
 from cellica.store.tilestore import TileStore
@@ -213,7 +212,7 @@ def simulate_screen(
     )
     latents_rows: list[list] = []
     with writer:
-        bar = tqdm(total=len(layout) * p.tiles_per_well, desc="simulate", unit="tile", disable=None)
+        bar = progress(total=len(layout) * p.tiles_per_well, desc="simulate", unit="tile")
         for plate, wells in layout.groupby("plate", sort=False):
             tiles, meta = _plate_tiles(p, wells, batches.set_index("plate").loc[plate], renderer,
                                        (effect_of, efficiency), latents_rows, bar)

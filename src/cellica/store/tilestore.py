@@ -28,7 +28,7 @@ from cellica.core.atomic import (
     read_parquet,
 )
 from cellica.core.errors import CellicaError
-from cellica.core.logs import get_logger
+from cellica.core.logs import get_logger, progress
 from cellica.store.metadata import (
     GROUND_TRUTH_DIR,
     METADATA_FILE,
@@ -247,10 +247,9 @@ class TileStore:
     def verify(self) -> dict[str, Any]:
         """Read every tile, checking that every shard file exists, every chunk's checksum
         and the recorded content digest; raises :class:`CellicaError` naming what is damaged."""
-        from tqdm.auto import tqdm
 
         n_shards = -(-self.n_tiles // self.shard_tiles)
-        for shard in tqdm(range(n_shards), desc=f"verify {self.path.name}", unit="shard", disable=None):
+        for shard in progress(range(n_shards), desc=f"verify {self.path.name}", unit="shard"):
             self.read_range(shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles))
         recorded = self.attrs.get("content_sha256")
         if recorded and content_digest(self.path, self.n_tiles, self.shard_tiles) != recorded:

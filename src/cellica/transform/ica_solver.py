@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cellica.core.logs import get_logger
+from cellica.core.logs import get_logger, progress
 from cellica.transform.ica import haar_rotation
 
 log = get_logger("ica")
@@ -89,7 +89,7 @@ def cellica_ica(x: np.ndarray, max_iter: int, tol: float, seed: int, device: str
     r_mem: list = []
     n_iter, gnorm, converged, sign_flips = 0, float("inf"), False, 0
     grad, k, stat = prob.grad(y, psi, signs)
-    for n_iter in range(1, max_iter + 1):
+    for n_iter in progress(range(1, max_iter + 1), desc=f"ICA {d} dims", unit="iter"):
         gnorm = float(grad.abs().max())
         if gnorm < tol:
             # Extended rule, applied only at a stationary point: near a random start every

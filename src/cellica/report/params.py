@@ -1,0 +1,18 @@
+"""Parameters of the report stage (config section ``report``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cellica.core.params import Params, param
+
+
+@dataclass
+class ReportParams(Params):
+    """The HTML reports: index.html, the paged gene index and one page per gene
+    (`cellica report --help`)."""
+
+    section = "report"
+
+    page_size: int = param(500, "Genes per page of the gene index (reports/gene_index/genes-<k>.html); "
+                           "index.html shows the first page.", ge=10)
