@@ -295,3 +295,17 @@ def test_fit_fraction_one_warns_and_evaluation_reuses_the_controls(caplog):
     kept = prepare(out, EvalParams())
     assert int(kept.obs["is_control"].sum()) == int(data.obs["is_control"].sum())
     assert "REUSES these" in caplog.text
+
+
+def test_a_warm_started_ica_writes_its_stages_into_the_h5ad(tmp_path):
+    """Over 20,000 fit rows the ICA starts on a 10,000-row subsample; its stages (a list of
+    records) must survive writing the features file (a genome-scale screen crashed here)."""
+    from cellica.core.adata import write_h5ad
+
+    data, _ = screen(n_per=22000, d=3)  # 44,000 controls, half of them fit: 22,000 rows
+    out = make_transform("pca_ica").fit_transform(data)
+    stages = out.uns["transform"]["diagnostics"]["ica"]["warm_start"]
+    assert stages["0"]["samples"] == 10000 and stages["0"]["n_iter"] >= 1
+    write_h5ad(out, tmp_path / "pca_ica.h5ad")
+    back = ad.read_h5ad(tmp_path / "pca_ica.h5ad")
+    assert back.uns["transform"]["diagnostics"]["ica"]["warm_start"]["0"]["samples"] == 10000

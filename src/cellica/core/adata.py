@@ -62,7 +62,8 @@ def check_matrix(x: np.ndarray, obs_names: pd.Index, source: str) -> np.ndarray:
 
 
 def clean_uns(value: Any) -> Any:
-    """Make provenance storable in .h5ad: None -> "null", tuples -> lists, recursively."""
+    """Make provenance storable in .h5ad: None -> "null", tuples -> lists, lists of anything but
+    numbers or strings -> mappings by position, recursively."""
     if value is None:
         return "null"
     if isinstance(value, dict):
@@ -70,7 +71,11 @@ def clean_uns(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and value:
             return list(value)
-        return [clean_uns(v) for v in value] if value else []
+        if all(isinstance(v, str) for v in value):
+            return list(value)
+        # h5ad stores arrays of one scalar type only: a list of records (e.g. the ICA's warm-start
+        # stages) becomes a mapping by position, "0", "1", ...
+        return {str(i): clean_uns(v) for i, v in enumerate(value)}
     return value
 
 
