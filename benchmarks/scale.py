@@ -209,45 +209,90 @@ def stage_table(measured: pd.DataFrame) -> pd.DataFrame:
     return out.merge(per_gene.reset_index(), on=["point", "kind"], how="left")
 
 
-def extrapolate(measured: pd.DataFrame, args) -> tuple[pd.DataFrame, dict]:
-    """CPU-hours and peak memory per stage at the target screen, from power-law fits."""
+def extrapolate(measured: pd.DataFrame, args) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per stage at the target screen: CPU-hours, jobs, hours and peak memory per job; and the
+    settings and wall time on the cluster that follow from them."""
     target = {"rows": args.target_tiles, "genes": args.target_genes, "controls": args.target_controls}
     target_mb = args.target_tiles * args.dims * 4 / 1e6
     held_back = 0.5  # transform.fit_fraction: half of each batch's controls are left for the classifiers
     rows = []
     for rule, driver in DRIVERS.items():
         m = measured[measured["rule"] == rule]
-        if m.empty:
-            continue
         if rule == "evaluate":
             m = m[m["budget"] == "all"]
-            # one gene's classifiers at full controls, single-threaded: s/gene x the thread count of the job
+        if m.empty:
+            continue
+        fixed, slope = memory_fit(*m.groupby("point")[["input_mb", "max_rss_mb"]].max().to_numpy().T)
+        row = {"stage": rule, "peak MB = fixed": fixed, "+ k x input (k)": slope,
+               "peak MB per job": fixed + (slope if slope == slope else 0.0) * target_mb}
+        if rule == "evaluate":
+            # one gene's classifiers (every fold), single-threaded, against the held-back controls
             per = m.groupby("point").agg(x=("controls", "first"), y=("classifier_s", "sum"), n=("eval_genes", "sum"))
             c, a = power_fit(per["x"] * held_back, per["y"] / per["n"] * args.cores)
-            cpu_h = c * (target["controls"] * held_back) ** a * args.target_genes * len(VARIANTS) / 3600
-            fixed, slope = memory_fit(m["input_mb"], m["max_rss_mb"])
-            rows.append({"stage": "evaluate (all controls)", "grows with": f"controls^{a:.2f} per gene",
-                         "CPU-hours (all variants)": cpu_h, "peak MB = fixed": fixed, "+ x input": slope,
-                         "peak MB per job": fixed + slope * target_mb})
-            continue
-        per = m.groupby("point").agg(x=(driver, "first"), y=("seconds", "sum"), rss=("max_rss_mb", "max"),
-                                     input_mb=("input_mb", "first"), jobs=("job", "size"))
-        _, a = power_fit(per["x"], per["y"])
-        fixed_s, per_unit = linear_fit(per["x"], per["y"])
-        fixed, slope = memory_fit(per["input_mb"], per["rss"])
-        threads = 2 if rule == "transform" else 1
-        rows.append({"stage": rule, "grows with": f"{driver}^{a:.2f}",
-                     "CPU-hours (all variants)": (fixed_s + per_unit * target[driver]) * threads / 3600,
-                     "peak MB = fixed": fixed, "+ x input": slope, "peak MB per job": fixed + slope * target_mb})
+            per_gene = c * (target["controls"] * held_back) ** a
+            row.update({"grows with": f"controls^{a:.2f} per gene", "CPU s per gene": per_gene,
+                        "CPU-hours": per_gene * args.target_genes * len(VARIANTS) / 3600})
+        else:
+            per = m.groupby("point").agg(x=(driver, "first"), y=("seconds", "sum"))
+            _, a = power_fit(per["x"], per["y"])
+            fixed_s, per_unit = linear_fit(per["x"], per["y"])
+            threads = 2 if rule == "transform" else 1
+            row.update({"grows with": f"{driver}^{a:.2f}",
+                        "CPU-hours": (fixed_s + per_unit * target[driver]) * threads / 3600})
+        rows.append(row)
     table = pd.DataFrame(rows)
-    eval_h = float(table.loc[table["stage"] == "evaluate (all controls)", "CPU-hours (all variants)"].sum())
+    return table, cluster_plan(table, args)
+
+
+def cluster_plan(table: pd.DataFrame, args) -> pd.DataFrame:
+    """Job sizes for the SLURM profile and the wall time on ``--nodes`` nodes."""
+    hours = table.set_index("stage")["CPU-hours"]
+    mem = table.set_index("stage")["peak MB per job"]
     slots = args.nodes * args.cores_per_node
-    serial = table.loc[~table["stage"].str.startswith("evaluate"), "CPU-hours (all variants)"].sum()
-    chunks = math.ceil(eval_h / len(VARIANTS) / (2.0 * 8))  # jobs of 8 threads under 2 hours each
-    plan = {"evaluate CPU-hours": eval_h, "other CPU-hours": float(serial),
-            "cluster": f"{args.nodes} nodes x {args.cores_per_node} cores",
-            "evaluate wall hours on the cluster": eval_h / slots, "evaluate.chunks (8 threads, < 2 h per job)": chunks}
-    return table, plan
+    threads = 8  # set-threads: evaluate_chunk in the shipped profile
+    eval_h = float(hours.get("evaluate", np.nan))
+    chunks = max(1, math.ceil(eval_h / len(VARIANTS) / (args.job_hours * threads)))
+    pages_h = float(hours.get("report_pages", 0.0))
+    page_chunks = max(1, math.ceil(pages_h / 0.5))  # page jobs of half an hour
+    # critical path: import, the slowest transform (one job per variant), the classifiers spread
+    # over every core, their gather, the summary, the pages spread over the cores, the index
+    serial = sum(float(hours.get(s, 0.0)) for s in ("import_features", "summarize", "report"))
+    wall = (serial + float(hours.get("transform", 0.0)) / len(VARIANTS) / 2 + eval_h / slots
+            + float(hours.get("gather_eval", 0.0)) / len(VARIANTS) + pages_h / slots)
+    rows = [("evaluate.chunks", f"{chunks}", f"jobs of {threads} threads under {args.job_hours:g} h each, per variant"),
+            ("report.chunks", f"{page_chunks}", "page jobs of about half an hour"),
+            ("evaluate_chunk mem_mb", f"{_round_mb(mem.get('evaluate'))}", "peak per job x 1.5"),
+            ("transform mem_mb", f"{_round_mb(mem.get('transform'))}", "peak per job x 1.5"),
+            ("batch_metrics mem_mb", f"{_round_mb(mem.get('batch_metrics'))}", "peak per job x 1.5"),
+            ("CPU-hours, classifiers (all variants)", f"{eval_h:,.0f}", "the default: every control"),
+            ("CPU-hours, every other stage", f"{float(hours.drop('evaluate', errors='ignore').sum()):,.1f}", ""),
+            ("wall hours on the cluster", f"{wall:,.1f}", f"{args.nodes} nodes x {args.cores_per_node} cores, "
+             "jobs packed perfectly (a lower bound)")]
+    return pd.DataFrame(rows, columns=["setting or figure", "value", "from"])
+
+
+def _round_mb(mb) -> int:
+    """A memory request: 1.5 x the peak, rounded up to 1,000 MB."""
+    mb = float(mb) if mb is not None else float("nan")
+    return int(math.ceil(1.5 * mb / 1000) * 1000) if mb == mb else 0
+
+
+def _summarise(measured: pd.DataFrame, args, took: float, points: list[str]) -> None:
+    stages = stage_table(measured)
+    model, plan = extrapolate(measured, args)
+    with pd.option_context("display.width", 250, "display.max_columns", 20):
+        print(stages.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print(model.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print(plan.to_string(index=False))
+    if args.docs:
+        head = (f"`python benchmarks/scale.py --points {','.join(points)} --docs` ({args.dims} dims, "
+                f"{args.cores} cores, {took / 60:.0f} min)")
+        write_block(DOCS / "benchmarks.md", "scale-measured", f"{head}\n\n{markdown(stages, '.3g')}")
+        target = (f"Target: {args.target_genes:,} genes, {args.target_tiles:,} tiles ({args.target_controls:,} "
+                  f"controls, half of them held back for the classifiers), {args.dims} dims, variants "
+                  f"{', '.join(VARIANTS)}, one seed.")
+        write_block(DOCS / "benchmarks.md", "scale-extrapolated",
+                    f"{target}\n\n{markdown(model, '.3g')}\n\n{markdown(plan)}")
 
 
 def main() -> None:
@@ -266,30 +311,22 @@ def main() -> None:
     ap.add_argument("--target-controls", type=int, default=100_000)
     ap.add_argument("--nodes", type=int, default=10)
     ap.add_argument("--cores-per-node", type=int, default=32)
+    ap.add_argument("--job-hours", type=float, default=2.0, help="longest classifier job wanted")
+    ap.add_argument("--from-csv", default=None, help="jobs.csv of an earlier run: only recompute the tables")
+    ap.add_argument("--took-min", type=float, default=float("nan"), help="with --from-csv: that run's minutes")
     ap.add_argument("--docs", action="store_true")
     args = ap.parse_args()
     t0 = time.perf_counter()
     points = (args.points or ",".join(PRESETS[args.preset])).split(",")
-    measured = pd.DataFrame([r for p in points for r in run_point(p, args)])
-    measured.to_csv(Path(args.workdir) / "jobs.csv", index=False)
-    stages = stage_table(measured)
-    model, plan = extrapolate(measured, args)
-    with pd.option_context("display.width", 250, "display.max_columns", 20):
-        print(stages.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-        print(model.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    for k, v in plan.items():
-        print(f"{k}: {v:.3g}" if isinstance(v, float) else f"{k}: {v}")
+    if args.from_csv:  # recompute the tables from an earlier run's measurements
+        measured = pd.read_csv(args.from_csv)
+        points = list(dict.fromkeys(measured["point"]))
+    else:
+        measured = pd.DataFrame([r for p in points for r in run_point(p, args)])
+        measured.to_csv(Path(args.workdir) / "jobs.csv", index=False)
     took = time.perf_counter() - t0
     print(f"benchmark took {took / 60:.1f} min on {args.cores} cores", flush=True)
-    if args.docs:
-        head = (f"`python benchmarks/scale.py --points {','.join(points)} --docs` ({args.dims} dims, "
-                f"{args.cores} cores, {took / 60:.0f} min)")
-        write_block(DOCS / "benchmarks.md", "scale-measured", f"{head}\n\n{markdown(stages, '.3g')}")
-        target = (f"Target: {args.target_genes:,} genes, {args.target_tiles:,} tiles ({args.target_controls:,} "
-                  f"controls), {args.dims} dims, variants {', '.join(VARIANTS)}, one seed.")
-        plan_md = "\n".join(f"- {k}: {v:.3g}" if isinstance(v, float) else f"- {k}: {v}" for k, v in plan.items())
-        write_block(DOCS / "benchmarks.md", "scale-extrapolated",
-                    f"{target}\n\n{markdown(model, '.3g')}\n\n{plan_md}")
+    _summarise(measured, args, took if not args.from_csv else args.took_min * 60, points)
 
 
 if __name__ == "__main__":

@@ -92,10 +92,10 @@ def test_index_and_gene_pages_are_complete_and_safe(eval_outputs, tmp_path):
     assert len(gene_links) == len(UNSAFE)
     for link in gene_links:
         target = (index.parent / link).resolve()
-        assert target.is_file() and target.parent == (tmp_path / "reports" / "genes").resolve()
+        assert target.is_file() and target.parent == (tmp_path / "reports" / "genes" / "0-of-1").resolve()
         gene_page = parse(target)
         assert "svg" in gene_page.tags and gene_page.tables >= 2
-        assert "../index.html" in gene_page.links
+        assert "../../index.html" in gene_page.links
         assert "<script>alert" not in target.read_text()
     # Only the page's own sorting script, never a script from a gene name; no external resources.
     assert len(page.scripts) == 1 and "http" not in page.scripts[0]
@@ -155,24 +155,32 @@ def test_gene_pages_in_chunks_and_a_paged_index(eval_outputs, tmp_path):
     from cellica.report.params import ReportParams
 
     out = tmp_path / "reports"
-    genes = sorted(ReportBuilder(eval_outputs, out).genes)
-    for i in range(2):  # two page jobs, as the DAG's report_pages runs them
-        build_report(eval_outputs, out, chunk=f"{i}/2", manifest=tmp_path / f"pages-{i}.tsv")
+    two = ReportParams(chunks=2, page_size=10)
+    genes = ReportBuilder(eval_outputs, out).genes
+    for part in range(2):  # two page jobs, as the DAG's report_pages runs them
+        build_report(eval_outputs, out, params=two, part=part)
     assert not (out / "index.html").exists()  # a page job writes no index
-    manifests = pd.concat([pd.read_csv(tmp_path / f"pages-{i}.tsv", sep="\t") for i in range(2)])
-    assert sorted(manifests["gene"]) == genes and manifests["page"].map(lambda p: (out / p).is_file()).all()
-    # the index job: with 2 genes per page, the 3 genes take 2 pages, linked from the index
+    written = sorted(p.relative_to(out).as_posix() for p in out.glob("genes/*/*.html") if p.name != "index.html")
+    assert len(written) == len(genes) and {p.split("/")[1] for p in written} == {"0-of-2", "1-of-2"}
+    for part in ("0-of-2", "1-of-2"):  # each chunk's folder has its own entry page, linking its pages
+        entry = out / "genes" / part / "index.html"
+        links = [link for link in parse(entry).links if not link.startswith("../")]
+        assert links and all((entry.parent / link).is_file() for link in links)
+    with pytest.raises(CellicaError, match="part 2 is out of range"):
+        build_report(eval_outputs, out, params=two, part=2)
     with pytest.raises(CellicaError, match="page_size"):
         ReportParams(page_size=1)
-    builder = ReportBuilder(eval_outputs, out, page_size=2)
-    index = builder.build_index()
+    # the index job: with 2 genes per page, the 3 genes take 2 pages, linked from the index
+    index = ReportBuilder(eval_outputs, out, page_size=2, chunks=2).build_index()
     pages = sorted((out / "gene_index").glob("genes-*.html"))
     assert [p.name for p in pages] == ["genes-1.html", "genes-2.html"]
     assert {"gene_index/genes-1.html", "gene_index/genes-2.html"} <= set(parse(index).links)
     rows = [[link for link in parse(p).links if link.startswith("../genes/")] for p in pages]
     assert [len(r) for r in rows] == [2, 1]
     assert all((p.parent / link).resolve().is_file() for p, r in zip(pages, rows, strict=True) for link in r)
-    assert len([link for link in parse(index).links if link.startswith("genes/")]) == 2  # the first page only
+    first = [link for link in parse(index).links if link.startswith("genes/")]
+    assert len(first) == 2 and all((out / link).is_file() for link in first)  # the first page only
+    assert "../../index.html" in parse(out / first[0]).links
 
 
 def test_a_page_job_reads_only_its_genes(eval_outputs, tmp_path):

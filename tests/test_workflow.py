@@ -118,8 +118,8 @@ def test_dag_evaluates_and_reports(tiny_run):
     assert "Per variant (the paper's Table 4)" in index and "Per gene (the paper's Table 3)" in index
     assert "The paper's claims on this run" in index and "Paired comparisons between variants" in index
     for gene in pg["gene"].unique():
-        assert f'href="genes/{safe_filename(gene)}.html"' in index
-        page = (tiny_run / "reports" / "genes" / f"{safe_filename(gene)}.html").read_text()
+        assert f'href="genes/0-of-1/{safe_filename(gene)}.html"' in index
+        page = (tiny_run / "reports" / "genes" / "0-of-1" / f"{safe_filename(gene)}.html").read_text()
         assert "Ground truth (synthetic screen)" in page and "data:image/png;base64" in page
         assert "AUROC per guide" in page and "true positive rate" in page
     assert (res / "benchmarks" / "report.tsv").is_file()

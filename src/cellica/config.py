@@ -69,9 +69,6 @@ TransformKeys = _keys("transform", variants=(list[str], param(
         choices=("tiles", "wells"))))
 EvaluateKeys = _keys("evaluate", chunks=(int, param(
     1, "Jobs the genes are spread over (each a chunk of genes), merged per variant.", ge=1)))
-ReportKeys = _keys("report", chunks=(int, param(
-    1, "Jobs the gene pages are written by (each a chunk of genes, as evaluate.chunks splits them); the index is "
-    "one more job.", ge=1)))
 
 
 @dataclasses.dataclass
@@ -98,7 +95,7 @@ SECTIONS: dict[str, tuple[type[Params], ...]] = {
     "transform": (TransformKeys, TransformParams),
     "stability": (StabilityKeys, AlignParams),
     "evaluate": (EvaluateKeys, EvalParams),
-    "report": (ReportKeys, ReportParams),
+    "report": (ReportParams,),
 }
 
 

@@ -52,7 +52,6 @@ EVAL = f"{RESULTS}/eval"
 SUMMARY = f"{EVAL}/summary.parquet"
 N_CHUNKS = config["evaluate"]["chunks"]
 N_PAGE_CHUNKS = config["report"]["chunks"]
-PAGES = f"{RESULTS}/report_pages"  # one table (gene, page) per job of gene pages
 ENTITY = entity_label(config["source"], config["features"]["column_map"])
 STABILITY = f"{RESULTS}/stability"
 ALIGNMENT = f"{STABILITY}/alignment.parquet"

@@ -1,4 +1,4 @@
-# Stage 5: the HTML reports: gene pages in chunks of genes (separate jobs), then the index
+# Stage 5: the HTML reports: gene pages in chunks of genes (separate jobs, genes/<i>-of-<n>/), then the index
 # (index.html and the paged gene index) with every job's time and peak memory; Snakemake report hooks.
 
 REPORT_ARGS = (
@@ -22,7 +22,13 @@ rule report_pages:
     input:
         unpack(report_inputs),
     output:
-        manifest=f"{PAGES}/{{chunk}}-of-{N_PAGE_CHUNKS}.tsv",
+        report(
+            directory(f"{REPORTS}/genes/{{chunk}}-of-{N_PAGE_CHUNKS}"),
+            category="3. Reports",
+            subcategory="Gene pages",
+            htmlindex="index.html",
+            caption="../report/genes.rst",
+        ),
     log:
         f"{LOGS}/report/pages-{{chunk}}-of-{N_PAGE_CHUNKS}.log",
     benchmark:
@@ -34,16 +40,15 @@ rule report_pages:
         mem_mb=4000,
         runtime=60,
     params:
-        **REPORT_PARAMS,
-        chunk=lambda wildcards: f"{wildcards.chunk}/{N_PAGE_CHUNKS}",
+        **{**REPORT_PARAMS, "reports": lambda wildcards, output: os.path.dirname(os.path.dirname(output[0]))},
     shell:
-        f"{REPORT_ARGS} --chunk {{params.chunk}} --manifest {{output.manifest:q}} 2> {{log:q}}"
+        f"{REPORT_ARGS} --part {{wildcards.chunk}} 2> {{log:q}}"
 
 
 rule report:
     input:
         unpack(report_inputs),
-        pages=expand(f"{PAGES}/{{chunk}}-of-{N_PAGE_CHUNKS}.tsv", chunk=range(N_PAGE_CHUNKS)),
+        pages=expand(f"{REPORTS}/genes/{{chunk}}-of-{N_PAGE_CHUNKS}", chunk=range(N_PAGE_CHUNKS)),
     output:
         index=report(
             f"{REPORTS}/index.html",
@@ -54,7 +59,7 @@ rule report:
             directory(f"{REPORTS}/gene_index"),
             category="3. Reports",
             htmlindex="genes-1.html",
-            caption="../report/genes.rst",
+            caption="../report/gene_index.rst",
         ),
     log:
         f"{LOGS}/report.log",

@@ -93,9 +93,9 @@ COMMANDS = [
       ("--config-hash", {"default": ""}),
       ("--alignment", {"default": None, "help": "stability/alignment.parquet (cellica align between MAE seeds)"}),
       ("--gene", {"nargs": "*", "default": None, "help": "only these genes' pages (default: all)"}),
-      ("--chunk", {"default": None, "help": "i/n: only the pages of the genes of chunk i of n (no index)"}),
+      ("--part", {"type": int, "default": None, "help": "only the pages of the genes of chunk PART of --chunks "
+                  "(genes/PART-of-CHUNKS/), no index"}),
       ("--index-only", {"action": "store_true", "help": "only index.html and the paged gene index"}),
-      ("--manifest", {"default": None, "help": "with --chunk: table of the pages written (*.tsv)"}),
       ("--entity", {"default": "gene", "help": "what the perturbations are called on the pages (gene, compound, "
                     "MoA, perturbation, ...)"}),
       ("--out", {**REQ, "help": "report folder (index.html, gene_index/, genes/)"})],

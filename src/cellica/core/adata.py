@@ -143,3 +143,16 @@ def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):
     uns = {"provenance": {**adata.uns.get("provenance", {}), "aggregated": {"level": "well", "keys": list(keys)}}}
     return make_adata((sums / counts[:, None]).astype(np.float32), well_obs, list(adata.var_names), uns,
                       "well aggregation")
+
+
+def stored_variant(path: str | os.PathLike, default: str) -> str:
+    """The variant a features file was made by (``.uns['transform']['variant']``), read without
+    loading the matrix; ``default`` when it records none (imported features)."""
+    import h5py
+
+    with h5py.File(path, "r") as fh:
+        node = fh.get("uns/transform/variant")
+        if node is None:
+            return default
+        value = node[()]
+    return value.decode() if isinstance(value, bytes) else str(value)

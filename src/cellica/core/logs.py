@@ -78,8 +78,10 @@ def progress(iterable=None, *, total: int | None = None, desc: str = "", unit: s
     from tqdm.auto import tqdm
 
     stream = sys.stderr
+    # Read now: tqdm reads TQDM_DISABLE once, when it is first imported.
+    off = os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true")
     if stream.isatty():
-        return tqdm(iterable, total=total, desc=desc, unit=unit)
+        return tqdm(iterable, total=total, desc=desc, unit=unit, disable=off)
     seconds = float(os.environ.get("CELLICA_PROGRESS_SECONDS", interval))
     return tqdm(iterable, total=total, desc=desc, unit=unit, file=_LogLines(stream), mininterval=seconds,
-                maxinterval=max(seconds, 1.0), ascii=True, ncols=100)
+                maxinterval=max(seconds, 1.0), ascii=True, ncols=100, disable=off)

@@ -5,13 +5,14 @@ perturbation (copairs), and ground-truth recovery, per variant.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from cellica.core.adata import aggregate_wells
+from cellica.core.adata import aggregate_wells, read_h5ad
 from cellica.core.logs import get_logger
 from cellica.evaluate.genes import prepare
 from cellica.evaluate.params import EvalParams
@@ -26,7 +27,7 @@ def variant_metrics(features: dict[str, Any], params: EvalParams | None = None,
     Parameters
     ----------
     features
-        Variant name -> its features (AnnData).
+        Variant name -> its features (AnnData, or the path of its ``.h5ad``, read in turn).
     params
         Evaluation settings (the first seed seeds the subsamples and the mAP null).
     truth
@@ -46,6 +47,8 @@ def variant_metrics(features: dict[str, Any], params: EvalParams | None = None,
     rows, activity = [], []
     with fixed_threads():  # BLAS reductions split by thread count: fix it so the numbers do not move
         for variant, adata in features.items():
+            if isinstance(adata, str | os.PathLike):  # read when its turn comes: one matrix in memory
+                adata = read_h5ad(adata)
             row = batch_metrics(adata, variant, p)
             if truth is not None:
                 from cellica.identify.recovery import truth_recovery

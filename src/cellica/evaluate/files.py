@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 
-from cellica.core.adata import read_h5ad
+from cellica.core.adata import read_h5ad, stored_variant
 from cellica.core.atomic import read_parquet, write_parquet, write_parquets
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
@@ -17,10 +18,6 @@ from cellica.evaluate.params import EvalParams
 
 log = get_logger("evaluate")
 PathLike = str | os.PathLike
-
-
-def _variant_of(adata, default: str) -> str:
-    return adata.uns.get("transform", {}).get("variant", default)
 
 
 def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out: PathLike,
@@ -34,8 +31,10 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
     from cellica.evaluate.genes import evaluate_genes
 
     params = params or EvalParams()
-    adatas = [read_h5ad(path) for path in features]
-    variant = variant or _variant_of(adatas[0], "features")
+    paths = [Path(f) for f in features]
+    # One seed's features in memory at a time: evaluate_genes reads each file when its seed comes.
+    first = read_h5ad(paths[0]) if len(paths) == 1 else None
+    variant = variant or stored_variant(paths[0], "features")
     gene_truth = None
     if truth:
         from cellica.identify.recovery import read_truth
@@ -43,7 +42,7 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
         gt = read_truth(truth)
         if gt["effects"] is not None:  # which factors each gene moves: only simulated stores know
             gene_truth = gt["latents"], gt["effects"]
-    per_gene, imps = evaluate_genes(adatas if len(adatas) > 1 else adatas[0], params, chunk, variant,
+    per_gene, imps = evaluate_genes(paths if first is None else first, params, chunk, variant,
                                     threads=threads, truth=gene_truth)
     write_parquets([per_gene, imps], [out, importances_out])
     return per_gene
@@ -75,11 +74,9 @@ def batch_metrics_files(features: Sequence[PathLike], out: PathLike, activity_ou
 
         read = read_truth(truth)
         gt = read["latents"], read["batches"]
-    adatas = {}
-    for path in features:
-        adata = read_h5ad(path)
-        adatas[_variant_of(adata, str(path))] = adata
-    batch, activity = variant_metrics(adatas, params or EvalParams(), gt)
+    # Variant -> path: variant_metrics reads one variant's matrix at a time.
+    paths = {stored_variant(path, str(path)): Path(path) for path in features}
+    batch, activity = variant_metrics(paths, params or EvalParams(), gt)
     write_parquets([batch, activity], [out, activity_out])
     return batch
 

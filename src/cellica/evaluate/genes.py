@@ -36,6 +36,7 @@ fits with each seed (LightGBM's seed and the random splits); the tables carry a
 from __future__ import annotations
 
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -44,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from cellica import __version__
-from cellica.core.adata import aggregate_wells
+from cellica.core.adata import aggregate_wells, read_h5ad
 from cellica.core.contracts import FIT_COL
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
@@ -138,8 +139,8 @@ def evaluate_genes(adata, params: EvalParams | None = None, chunk: str | None = 
     Parameters
     ----------
     adata
-        Features of one variant (AnnData), or a list with one AnnData per seed of
-        ``params.seeds`` (variants whose transform is itself seeded: the rotation
+        Features of one variant (AnnData), or a list with one AnnData (or the path of its
+        ``.h5ad``, read when its seed comes) per seed of ``params.seeds`` (variants whose transform is itself seeded: the rotation
         of ``pca_rand``, the ICA of ``pca_ica``).
     params
         Classifier settings; ``params.seeds`` lists the seeds.
@@ -172,6 +173,8 @@ def evaluate_genes(adata, params: EvalParams | None = None, chunk: str | None = 
                     "binning of each training set; AUROC and sparsity differ from the paper's recipe")
     tables, imp_tables = [], []
     for seed, data in zip(p.seeds, per_seed, strict=True):
+        if isinstance(data, str | os.PathLike):  # read when its seed comes: one seed's matrix in memory
+            data = read_h5ad(data)
         pg, imps = _evaluate_seed(data, p, int(seed), chunk, variant, threads, shared_dataset)
         if truth is not None:
             pg = truth_alignment(pg, imps, prepare(data, p), *truth)

@@ -19,16 +19,14 @@ import pandas as pd
 
 from cellica import __version__
 from cellica.core.atomic import atomic_output, read_parquet
-from cellica.core.contracts import held_back_mask
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.names import safe_filename
-from cellica.evaluate.genes import mean_roc
+from cellica.evaluate.genes import gene_chunk, mean_roc
 from cellica.report.content import (
     COUNT_METRICS,
     DIRECTION,
     FEATURE_COLOR,
-    MISSED_AUROC,
     VARIANT_METRICS,
     ReportInputs,
     _env,
@@ -40,6 +38,7 @@ from cellica.report.content import (
     transform_diagnostics,
 )
 from cellica.report.paging import INDEX_COLUMNS, gene_rows, page_links, write_gene_index
+from cellica.report.sections import guide_table, sample_counts, truth_section
 from cellica.report.svg import PALETTE, bar_chart, line_chart, scatter
 
 log = get_logger("report")
@@ -49,7 +48,7 @@ class ReportBuilder:
     """Builds the index and per-gene pages from the evaluation outputs."""
 
     def __init__(self, inputs: ReportInputs, out_dir: str | os.PathLike, max_points: int = 400, seed: int = 0,
-                 page_size: int = 500):
+                 page_size: int = 500, chunks: int = 1):
         self.inp = inputs
         self.out = Path(out_dir)
         self.max_points = max_points
@@ -70,7 +69,10 @@ class ReportBuilder:
         self.per_gene = self._first_seed(per_gene)
         self.variants = _ordered(self.per_gene["variant"].unique())
         self.genes = sorted(self.per_gene["gene"].astype(str).unique())
-        self.links = {g: f"genes/{safe_filename(g)}.html" for g in self.genes}
+        # A gene's page lives in the folder of its chunk (one job of pages each): genes/<i>-of-<n>/.
+        self.parts = {g: i for i in range(chunks) for g in gene_chunk(self.genes, f"{i}/{chunks}")}
+        self.chunks = chunks
+        self.links = {g: f"{self.part_dir(self.parts[g])}/{safe_filename(g)}.html" for g in self.genes}
         self.env = _env()
         self.provenance = {"config_hash": inputs.config_hash, "cellica_version": __version__,
                            "built": time.strftime("%Y-%m-%d %H:%M:%S"), "summary": str(inputs.summary)}
@@ -164,6 +166,14 @@ class ReportBuilder:
         write_gene_index(self.env, ctx["all_rows"], self.out, self.page_size, {k: ctx[k] for k in keep}, _write)
         return _write(self.out / "index.html", html)
 
+    def part_dir(self, part: int) -> str:
+        """The folder of one chunk's pages, relative to the report folder."""
+        return f"genes/{part}-of-{self.chunks}"
+
+    def part_genes(self, part: int) -> list[str]:
+        """The genes whose pages chunk ``part`` writes."""
+        return [g for g in self.genes if self.parts[g] == part]
+
     def _read_per_gene(self, columns: list[str] | None = None, genes: list[str] | None = None) -> pd.DataFrame:
         """The per-gene tables of every variant: only ``columns`` (those present), only ``genes``."""
         import pyarrow.parquet as pq
@@ -223,6 +233,13 @@ class ReportBuilder:
                 for v, p in self.inp.importances.items() if Path(p).is_file()}
         effects = store.ground_truth("effects").set_index("gene") if store is not None and store.has_ground_truth else None
         template = self.env.get_template("gene.html")
+        # Each chunk's folder gets its own entry page (Snakemake's report embeds the folder through it).
+        index = self.env.get_template("genes_index.html")
+        for part in sorted({self.parts[g] for g in genes}):
+            links = [(g, Path(self.links[g]).name) for g in self.part_genes(part)]
+            _write(self.out / self.part_dir(part) / "index.html",
+                   index.render(links=links, prov=self.provenance, entity=self.inp.entity, part=part,
+                                chunks=self.chunks))
         paths = []
         for gene in progress(genes, desc="gene pages", unit="page"):
             ctx = self.gene_context(gene, features, imps, store, effects)
@@ -240,13 +257,13 @@ class ReportBuilder:
                   "split": rows.loc[v].get("split", ""), "top": rows.loc[v].get("top_features", ""),
                   "notes": "; ".join(x for x in (rows.loc[v].get("notes", ""), rows.loc[v].get("no_split_reason", ""))
                                      if isinstance(x, str) and x)} for v in variants]
-        guides = self._guide_table(rows, variants)
+        guides = guide_table(rows, variants)
         charts = self._gene_charts(rows, variants)
         importance = self._importance_bars(rows, variants, imps, gene)
         embeddings = [{"variant": v, "svg": self._embedding_plot(features[v], imps[v][gene], gene, v)}
                       for v in variants if v in features and gene in imps.get(v, {})]
-        counts = self._sample_counts(features, gene)
-        truth = self._truth(effects, gene, rows, variants)
+        counts = sample_counts(features, gene)
+        truth = truth_section(effects, gene, rows, variants)
         return {"gene": gene, "table": table, "guides_table": guides, "entity": self.inp.entity,
                 "no_split": bool(rows["no_split"].any()) if "no_split" in rows else False,
                 "seed": int(self.seeds[0]), "n_seeds": len(self.seeds), "charts": charts, "importance": importance, "embeddings": embeddings,
@@ -291,50 +308,9 @@ class ReportBuilder:
                                                         color=FEATURE_COLOR)})
         return importance
 
-    @staticmethod
-    def _sample_counts(features, gene: str) -> list[dict[str, Any]] | dict:
-        """Samples of the gene and held-back controls per batch (those the classifiers compare)."""
-        counts = {}
-        some = next(iter(features.values()), None)
-        if some is not None:
-            obs = some.obs
-            # Controls that fitted the transforms are not compared with the genes: count the others.
-            held = held_back_mask(obs)
-            sub = obs[((obs["perturbation"].astype(str) == gene) | obs["is_control"]).to_numpy() & held]
-            counts = (sub.assign(kind=np.where(sub["is_control"], "held-back controls", gene))
-                      .groupby(["batch", "kind"], observed=True).size().unstack(fill_value=0).reset_index().to_dict("records"))
-        return counts
-
-    @staticmethod
-    def _truth(effects, gene: str, rows: pd.DataFrame, variants: list[str]) -> dict[str, Any] | None:
-        """What the simulation says the gene does, and whether each variant's top feature found it."""
-        truth = None
-        if effects is not None and gene in effects.index:
-            eff = effects.loc[gene]
-            moved = {k: round(float(val), 3) for k, val in eff.items() if k != "effect_class" and float(val) != 0}
-            truth = {"class": eff["effect_class"], "moved": moved,
-                     "found": [{"variant": v, "factor": rows.loc[v].get("top_feature_factor", ""),
-                                "corr": _fmt(rows.loc[v].get("top_feature_factor_corr")),
-                                "hit": bool(rows.loc[v].get("top_feature_hits_truth", False))} for v in variants]}
-            best = max((float(rows.loc[v].get("auroc_mean", np.nan)) for v in variants), default=np.nan)
-            if eff["effect_class"] == "strong" and not best > MISSED_AUROC:
-                truth["missed"] = (f"a strong true effect, but no variant's held-out AUROC exceeds {MISSED_AUROC} "
-                                   f"(best {_fmt(best)}): the embedding may not carry the factor(s) it moves")
-        return truth
-
     def _first_seed(self, table: pd.DataFrame) -> pd.DataFrame:
         """The rows of the seed the pages show (tables without seeds are one seed)."""
         return table[table["seed"] == self.seeds[0]] if "seed" in table else table
-
-    @staticmethod
-    def _guide_table(rows: pd.DataFrame, variants: list[str]) -> dict[str, Any]:
-        """AUROC per guide (columns) and variant (rows), from the per-gene table's JSON."""
-        per = {v: json.loads(rows.loc[v]["auroc_by_guide"]) for v in variants
-               if isinstance(rows.loc[v].get("auroc_by_guide"), str) and rows.loc[v]["auroc_by_guide"]}
-        guides = sorted({g for d in per.values() for g in d})
-        if guides == [str(rows["gene"].iloc[0])]:
-            guides = []  # no guide column: the "guide" is the perturbation itself
-        return {"guides": guides, "rows": [(v, [_fmt(per[v].get(g, float("nan"))) for g in guides]) for v in per]}
 
     def _embedding_plot(self, adata, imps: pd.DataFrame, gene: str, variant: str) -> str:
         """The gene vs (subsampled) controls on the two features its classifier used most."""

@@ -14,5 +14,7 @@ class ReportParams(Params):
 
     section = "report"
 
+    chunks: int = param(1, "Jobs the gene pages are written by, each the genes of one chunk (as evaluate.chunks "
+                        "splits them) into reports/genes/<i>-of-<chunks>/; the index is one more job.", ge=1)
     page_size: int = param(500, "Genes per page of the gene index (reports/gene_index/genes-<k>.html); "
                            "index.html shows the first page.", ge=10)
