@@ -49,6 +49,8 @@ import pandas as pd
 import yaml
 from _docs import DOCS, markdown, write_block
 
+from cellica.report.content import benchmark_jobs
+
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ["base", "pca", "pca_ica", "pca_rand"]
 PRESETS = {
@@ -114,15 +116,8 @@ def snakemake(config: Path, cores: int, targets: list[str], log: Path) -> float:
 
 
 def jobs(bench: Path) -> pd.DataFrame:
-    """One row per job: rule, wildcards, seconds, peak RSS (MB), CPU seconds."""
-    rows = []
-    for tsv in sorted(bench.rglob("*.tsv")):
-        t = pd.read_csv(tsv, sep="\t")
-        rel = tsv.relative_to(bench).with_suffix("")
-        rows.append({"rule": rel.parts[0] if len(rel.parts) > 1 else rel.name, "job": str(rel),
-                     "seconds": float(t["s"].iloc[0]), "max_rss_mb": float(t["max_rss"].iloc[0]),
-                     "cpu_s": float(t["cpu_time"].iloc[0]) if "cpu_time" in t else float("nan")})
-    return pd.DataFrame(rows)
+    """One row per job: rule, job, seconds, peak RSS (MB), CPU seconds (the report's own reader)."""
+    return benchmark_jobs(bench).rename(columns={"step": "rule", "cpu_seconds": "cpu_s"})
 
 
 def classifier_seconds(log: Path) -> tuple[int, float]:

@@ -150,6 +150,8 @@ def stored_variant(path: str | os.PathLike, default: str) -> str:
     loading the matrix; ``default`` when it records none (imported features)."""
     import h5py
 
+    if not Path(path).is_file():
+        raise CellicaError(f"features file {path} does not exist")
     with h5py.File(path, "r") as fh:
         node = fh.get("uns/transform/variant")
         if node is None:

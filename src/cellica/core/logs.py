@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -73,8 +74,6 @@ def progress(iterable=None, *, total: int | None = None, desc: str = "", unit: s
     seconds (``CELLICA_PROGRESS_SECONDS`` overrides it), so ``tail -f`` on a job's log
     shows how far it is and when it will end.
     """
-    import os
-
     from tqdm.auto import tqdm
 
     stream = sys.stderr

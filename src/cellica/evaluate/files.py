@@ -32,8 +32,6 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
 
     params = params or EvalParams()
     paths = [Path(f) for f in features]
-    # One seed's features in memory at a time: evaluate_genes reads each file when its seed comes.
-    first = read_h5ad(paths[0]) if len(paths) == 1 else None
     variant = variant or stored_variant(paths[0], "features")
     gene_truth = None
     if truth:
@@ -42,8 +40,9 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
         gt = read_truth(truth)
         if gt["effects"] is not None:  # which factors each gene moves: only simulated stores know
             gene_truth = gt["latents"], gt["effects"]
-    per_gene, imps = evaluate_genes(paths if first is None else first, params, chunk, variant,
-                                    threads=threads, truth=gene_truth)
+    # One file serves every seed (read once); per-seed files are read one at a time, as each seed comes.
+    data = paths if len(paths) > 1 else read_h5ad(paths[0])
+    per_gene, imps = evaluate_genes(data, params, chunk, variant, threads=threads, truth=gene_truth)
     write_parquets([per_gene, imps], [out, importances_out])
     return per_gene
 
