@@ -28,7 +28,9 @@ transforms, batch metrics) or the genes (gather, summary, reports); "grows with"
 log-log exponent of the totals (1 = linear; below 1 while start-up dominates). The per-gene
 classifier time (from the evaluate logs, without start-up) is fitted as a power law in the
 controls. Peak memory is fitted as fixed + k x the input matrix (k: how many copies of its
-input a job holds). All is extrapolated to the target screen: CPU-hours per stage and variant, peak memory per job, the wall time on a
+input a job holds) + c x the controls' matrix (what grows with the controls alone: the ICA
+fit set, LightGBM's binning of the training controls); the points vary the two apart.
+All is extrapolated to the target screen: CPU-hours per stage and variant, peak memory per job, the wall time on a
 SLURM cluster of ``--nodes`` nodes with the shipped profile's threads, and the
 ``evaluate.chunks`` that keeps each job under two hours. ``--docs`` writes the tables into
 ``docs/benchmarks.md`` (``scale-*`` blocks).
@@ -157,14 +159,24 @@ def run_point(spec: str, args) -> list[dict]:
     return out
 
 
-def memory_fit(input_mb: np.ndarray, rss_mb: np.ndarray) -> tuple[float, float]:
-    """Peak RSS = fixed + slope x input matrix (MB): the slope is how many copies of its input
-    a job holds at once (NaN with one size)."""
-    x, y = np.asarray(input_mb, float), np.asarray(rss_mb, float)
-    if np.unique(x).size < 2:
-        return float(np.nanmin(y)), float("nan")
-    slope, fixed = np.polyfit(x, y, 1)
-    return float(fixed), float(slope)
+def memory_fit(input_mb: np.ndarray, controls_mb: np.ndarray, rss_mb: np.ndarray) -> tuple[float, float, float]:
+    """Peak RSS = fixed + k x input matrix + c x controls matrix (MB): k is how many copies of its
+    input a job holds at once, c what grows with the controls alone (the ICA fit set, LightGBM's
+    binning of the training controls). The points vary both apart (same input, other controls);
+    a term that comes out negative is dropped (NaN when it cannot be told apart)."""
+    x1, x2, y = (np.asarray(v, float) for v in (input_mb, controls_mb, rss_mb))
+    terms = [t for t, x in (("k", x1), ("c", x2)) if np.unique(x).size > 1]
+    while terms:
+        design = np.column_stack([np.ones_like(y)] + [x1 if t == "k" else x2 for t in terms])
+        if np.linalg.matrix_rank(design) < design.shape[1]:
+            terms.pop()
+            continue
+        coef = np.linalg.lstsq(design, y, rcond=None)[0]
+        if (coef[1:] >= 0).all():
+            fitted = dict(zip(terms, coef[1:], strict=True))
+            return float(coef[0]), float(fitted.get("k", 0.0)), float(fitted.get("c", 0.0))
+        terms.pop(int(np.argmin(coef[1:])))
+    return float(np.nanmin(y)), float("nan"), float("nan")
 
 
 def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -209,6 +221,7 @@ def extrapolate(measured: pd.DataFrame, args) -> tuple[pd.DataFrame, pd.DataFram
     settings and wall time on the cluster that follow from them."""
     target = {"rows": args.target_tiles, "genes": args.target_genes, "controls": args.target_controls}
     target_mb = args.target_tiles * args.dims * 4 / 1e6
+    target_ctrl_mb = args.target_controls * args.dims * 4 / 1e6
     held_back = 0.5  # transform.fit_fraction: half of each batch's controls are left for the classifiers
     rows = []
     for rule, driver in DRIVERS.items():
@@ -217,9 +230,10 @@ def extrapolate(measured: pd.DataFrame, args) -> tuple[pd.DataFrame, pd.DataFram
             m = m[m["budget"] == "all"]
         if m.empty:
             continue
-        fixed, slope = memory_fit(*m.groupby("point")[["input_mb", "max_rss_mb"]].max().to_numpy().T)
-        row = {"stage": rule, "peak MB = fixed": fixed, "+ k x input (k)": slope,
-               "peak MB per job": fixed + (slope if slope == slope else 0.0) * target_mb}
+        peaks = m.assign(controls_mb=m["controls"] * args.dims * 4 / 1e6).groupby("point")
+        fixed, k, c = memory_fit(*peaks[["input_mb", "controls_mb", "max_rss_mb"]].max().to_numpy().T)
+        row = {"stage": rule, "peak MB = fixed": fixed, "+ k x input (k)": k, "+ c x controls (c)": c,
+               "peak MB per job": fixed + np.nan_to_num(k) * target_mb + np.nan_to_num(c) * target_ctrl_mb}
         if rule == "evaluate":
             # one gene's classifiers (every fold), single-threaded, against the held-back controls
             per = m.groupby("point").agg(x=("controls", "first"), y=("classifier_s", "sum"), n=("eval_genes", "sum"))

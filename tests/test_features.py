@@ -97,3 +97,35 @@ def test_tiles_of_several_perturbations_per_well_aggregate_by_well_and_perturbat
     assert wells.obs_names.tolist() == ["B1/P1/W1/g1", "B1/P1/W1/g2", "B1/P1/W2/ctrl"]
     np.testing.assert_allclose(wells.X, [[1, 2], [5, 6], [9, 10]])
     assert wells.obs["is_control"].tolist() == [False, False, True] and wells.obs["n_tiles"].tolist() == [2, 2, 2]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_columns_read_in_groups_give_the_whole_tables_matrix(tmp_path, monkeypatch, suffix):
+    """The matrix is filled a few columns at a time; duplicates and NaN are still found across groups."""
+    from cellica.embed import tables
+
+    rng = np.random.default_rng(0)
+    t = pd.concat([_table()] * 3, ignore_index=True).assign(Metadata_Well=[f"W{i}" for i in range(12)])
+    for j in range(5):
+        t[f"f{j}"] = rng.normal(size=12)
+    t["i0"] = rng.integers(-(2**40), 2**40, 12)  # integers beyond float32 take the float64 road, as before
+    path = tmp_path / f"t{suffix}"
+    write = (lambda f: f.to_parquet(path)) if suffix == ".parquet" else (lambda f: f.to_csv(path, index=False))
+    write(t)
+    monkeypatch.setattr(tables, "GROUP_COLUMNS", 2)
+    adata = import_features(path, params=PARAMS)
+    cols = ["Cells_Area", "Nuclei_Intensity", *[f"f{j}" for j in range(5)], "i0"]
+    assert adata.var_names.tolist() == cols
+    expect = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+    assert np.array_equal(adata.X, expect[cols].to_numpy(np.float64).astype(np.float32))
+    # A row repeating another (here 0.0 and -0.0 count as equal, as pandas compares them) is refused.
+    t.loc[7] = t.loc[2]
+    t.loc[2, "f1"], t.loc[7, "f1"] = 0.0, -0.0
+    write(t)
+    with pytest.raises(CellicaError, match=r"1 row\(s\) repeat another row exactly .* first at row 9"):
+        import_features(path, params=PARAMS)
+    t.loc[7, "f1"] = 1.5  # no longer a repeat; two NaN cells in different column groups, one row
+    t.loc[4, "f0"], t.loc[4, "f4"] = np.nan, np.inf
+    write(t)
+    with pytest.raises(CellicaError, match=r"NaN/Inf in feature column\(s\) \['f0', 'f4'\] \(1 row"):
+        import_features(path, params=PARAMS)

@@ -8,6 +8,7 @@ Every features file (``.h5ad``) holds ``.X`` float32 (samples x features),
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,9 @@ def check_obs(obs: pd.DataFrame, source: str) -> pd.DataFrame:
 def check_matrix(x: np.ndarray, obs_names: pd.Index, source: str) -> np.ndarray:
     """Float32 copy of the feature matrix; NaN or Inf is an error naming the samples."""
     x = np.asarray(x, dtype=np.float32)
-    bad = ~np.isfinite(x).all(axis=1)
+    bad = np.zeros(x.shape[0], bool)
+    for start in range(0, x.shape[0], 65536):  # by blocks: no boolean copy of the whole matrix
+        bad[start: start + 65536] = ~np.isfinite(x[start: start + 65536]).all(axis=1)
     if bad.any():
         raise CellicaError(
             f"{source}: {int(bad.sum())} sample(s) have NaN/Inf features, e.g. "
@@ -98,21 +101,39 @@ def write_h5ad(adata, path: str | os.PathLike, overwrite: bool = True) -> Path:
     return path
 
 
-def read_h5ad(path: str | os.PathLike):
-    """Read a features file and check it against the contract."""
+def read_h5ad(path: str | os.PathLike, rows: Callable[[pd.DataFrame], np.ndarray] | None = None):
+    """Read a features file and check it against the contract.
+
+    ``rows``, a function of the ``obs`` returning a boolean mask, loads only those rows: the
+    file is opened backed and the others are never read into memory.
+    """
     import anndata as ad
 
     path = Path(path)
     if not path.is_file():
         raise CellicaError(f"features file {path} does not exist")
     try:
-        adata = ad.read_h5ad(path)
+        adata = _load_rows(ad.read_h5ad(path, backed="r"), rows) if rows is not None else None
+        if adata is None:
+            adata = ad.read_h5ad(path)
+    except CellicaError:
+        raise
     except Exception as exc:
         raise CellicaError(f"{path}: cannot read as AnnData .h5ad ({type(exc).__name__}: {exc})") from None
     adata.obs = check_obs(adata.obs, str(path))
     x = adata.X.toarray() if hasattr(adata.X, "toarray") else adata.X
     adata.X = check_matrix(x, adata.obs_names, str(path))
     return adata
+
+
+def _load_rows(backed, rows: Callable[[pd.DataFrame], np.ndarray]):
+    """The rows of a backed AnnData that ``rows(obs)`` selects, in memory (None when it selects
+    them all: the file is then read the ordinary way); the file is closed."""
+    try:
+        mask = np.asarray(rows(backed.obs), dtype=bool)
+        return None if mask.all() else backed[mask].to_memory()
+    finally:
+        backed.file.close()
 
 
 def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):

@@ -7,13 +7,11 @@ columns and writes the same AnnData contract as ``cellica embed``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from cellica import __version__
@@ -21,23 +19,13 @@ from cellica.core.adata import OBS_REQUIRED, make_adata, read_h5ad, write_h5ad
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.embed.params import FeatureTableParams
+from cellica.embed.tables import Table, fill_matrix, first_duplicate, row_hashes, sha256
 
 log = get_logger("features")
 # Plate-layout names that are metadata even when numeric and not declared.
 LAYOUT_NAMES = {"site", "field", "fov", "tile", "row", "column", "col", "well", "plate", "x", "y", "replicate",
                 "image", "imagenumber", "objectnumber", "tile_id", "sample_id", "guide", "sgrna", "concentration",
                 "dose", "time", "timepoint"}
-
-
-def _read_table(path: Path) -> pd.DataFrame:
-    name = path.name.lower()
-    try:
-        if name.endswith(".parquet"):
-            return pd.read_parquet(path)
-        sep = "\t" if name.endswith((".tsv", ".tsv.gz", ".txt", ".txt.gz")) else ","
-        return pd.read_csv(path, sep=sep)
-    except Exception as exc:
-        raise CellicaError(f"features table {path}: cannot read ({type(exc).__name__}: {exc})") from None
 
 
 def import_features(path: str | os.PathLike, out: str | os.PathLike | None = None,
@@ -60,7 +48,7 @@ def import_features(path: str | os.PathLike, out: str | os.PathLike | None = Non
     if path.suffix == ".h5ad":
         adata = read_h5ad(path)
     else:
-        adata = _table_to_adata(_read_table(path), p, path)
+        adata = _table_to_adata(Table(path), p, path)
     log.info("read %d samples x %d features from %s (%d controls, %d batches, %d perturbations)",
              adata.n_obs, adata.n_vars, path, int(adata.obs["is_control"].sum()),
              adata.obs["batch"].nunique(), adata.obs.loc[~adata.obs["is_control"], "perturbation"].nunique())
@@ -69,40 +57,48 @@ def import_features(path: str | os.PathLike, out: str | os.PathLike | None = Non
     return adata
 
 
-def _split_columns(table: pd.DataFrame, p: FeatureTableParams, path: Path) -> tuple[pd.DataFrame, list[str]]:
-    """Metadata (mapped to our names, plus every other metadata column) and the feature columns."""
-    absent = [src for src in p.column_map.values() if src not in table.columns]
+def _split_columns(header: pd.DataFrame, p: FeatureTableParams, path: Path) -> tuple[list[str], list[str]]:
+    """The metadata columns (declared, matching the regex, or named like plate layout) and
+    the feature columns, from the table's header."""
+    absent = [src for src in p.column_map.values() if src not in header.columns]
     if absent:
         raise CellicaError(f"features table {path}: column_map names missing column(s) {absent}")
-    meta = pd.DataFrame({ours: table[theirs] for ours, theirs in p.column_map.items()})
     regex = re.compile(p.metadata_regex) if p.metadata_regex else None
     mapped = set(p.column_map.values())
     declared = {*mapped, *p.extra_metadata, *OBS_REQUIRED, *([p.id_column] if p.id_column else [])}
-    is_meta = [c in declared or (regex is not None and bool(regex.search(c))) for c in table.columns]
+    is_meta = [c in declared or (regex is not None and bool(regex.search(c))) for c in header.columns]
     # Layout columns are never features, whatever their type (a numeric `site` would otherwise
     # become one): they are kept as metadata, and the log says so.
-    layout = [c for c, m in zip(table.columns, is_meta, strict=True) if not m and c.lower() in LAYOUT_NAMES]
+    layout = [c for c, m in zip(header.columns, is_meta, strict=True) if not m and c.lower() in LAYOUT_NAMES]
     if layout:
         log.warning("features table %s: column(s) %s look like plate-layout metadata and are kept as metadata, "
                     "not features (declare them in extra_metadata to silence this)", path, layout)
-        is_meta = [m or c in layout for c, m in zip(table.columns, is_meta, strict=True)]
-    feature_cols = [c for c, m in zip(table.columns, is_meta, strict=True) if not m]
-    other_meta = [c for c, m in zip(table.columns, is_meta, strict=True) if m and c not in meta.columns]
+        is_meta = [m or c in layout for c, m in zip(header.columns, is_meta, strict=True)]
+    features = [c for c, m in zip(header.columns, is_meta, strict=True) if not m]
+    return [c for c in header.columns if c not in features], features
+
+
+def _metadata(columns: pd.DataFrame, p: FeatureTableParams, path: Path) -> pd.DataFrame:
+    """Metadata mapped to our names, plus every other metadata column."""
+    meta = pd.DataFrame({ours: columns[theirs] for ours, theirs in p.column_map.items()})
+    other_meta = [c for c in columns.columns if c not in meta.columns]
     for c in other_meta:
-        meta[c] = table[c]
+        meta[c] = columns[c]
     missing = [c for c in OBS_REQUIRED if c not in meta.columns]
     if missing:
         raise CellicaError(
             f"features table {path}: missing metadata column(s) {missing}; map them with column_map "
             f"(metadata columns found: {other_meta[:12]})"
         )
-    return meta, feature_cols
+    return meta
 
 
-def _table_to_adata(table: pd.DataFrame, p: FeatureTableParams, path: Path):
+def _table_to_adata(table: Table, p: FeatureTableParams, path: Path):
     """The AnnData of a features table: checked features, unique sample ids, provenance."""
-    meta, feature_cols = _split_columns(table, p, path)
-    non_numeric = [c for c in feature_cols if not pd.api.types.is_numeric_dtype(table[c])]
+    meta_cols, feature_cols = _split_columns(table.header, p, path)
+    columns = table.columns(meta_cols)
+    meta = _metadata(columns, p, path)
+    non_numeric = [c for c in feature_cols if not pd.api.types.is_numeric_dtype(table.header[c])]
     if non_numeric:
         raise CellicaError(
             f"features table {path}: non-numeric feature column(s) {non_numeric[:5]}; "
@@ -110,25 +106,23 @@ def _table_to_adata(table: pd.DataFrame, p: FeatureTableParams, path: Path):
         )
     if not feature_cols:
         raise CellicaError(f"features table {path}: no numeric feature columns")
-    meta.index = _sample_ids(table, meta, p.id_column, path)
-    x = table[feature_cols].to_numpy(dtype=np.float64)
-    if not p.id_column:
-        dup = table.duplicated(keep="first")
-        if dup.any():
-            raise CellicaError(f"features table {path}: {int(dup.sum())} row(s) repeat another row exactly "
-                               f"(metadata and features), first at row {int(np.flatnonzero(dup)[0]) + 2}; "
+    meta.index = _sample_ids(columns, meta, p.id_column, path)
+    hashes = None if p.id_column else row_hashes(columns)
+    del columns
+    x, bad_cols, bad_rows = fill_matrix(table, feature_cols, hashes)
+    if hashes is not None:
+        n_dup, first = first_duplicate(table, hashes)
+        if n_dup:
+            raise CellicaError(f"features table {path}: {n_dup} row(s) repeat another row exactly "
+                               f"(metadata and features), first at row {first + 2}; "
                                "drop the duplicates, or give an id_column if they are distinct samples")
     log.info("features table %s: %d feature column(s) (%s%s); metadata: %s", path, len(feature_cols),
-             ", ".join(feature_cols[:5]), ", ..." if len(feature_cols) > 5 else "",
-             [c for c in table.columns if c not in feature_cols][:12])
-    nan_cols = [c for c, bad in zip(feature_cols, ~np.isfinite(x).all(axis=0), strict=True) if bad]
-    if nan_cols:
-        raise CellicaError(
-            f"features table {path}: NaN/Inf in feature column(s) {nan_cols[:5]} "
-            f"({int((~np.isfinite(x)).any(axis=1).sum())} row(s)); impute or drop them first"
-        )
-    prov = {"source": "features", "table": str(path.resolve()),
-            "table_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+             ", ".join(feature_cols[:5]), ", ..." if len(feature_cols) > 5 else "", meta_cols[:12])
+    if bad_cols.any():
+        nan_cols = [c for c, bad in zip(feature_cols, bad_cols, strict=True) if bad]
+        raise CellicaError(f"features table {path}: NaN/Inf in feature column(s) {nan_cols[:5]} "
+                           f"({bad_rows} row(s)); impute or drop them first")
+    prov = {"source": "features", "table": str(path.resolve()), "table_sha256": sha256(path),
             "params": asdict(p), "cellica_version": __version__}
     return make_adata(x, meta, feature_cols, {"provenance": prov}, f"features table {path}")
 

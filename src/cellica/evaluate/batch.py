@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import pandas as pd
 
 from cellica.core.adata import aggregate_wells, read_h5ad
 from cellica.core.logs import get_logger
-from cellica.evaluate.genes import prepare
+from cellica.evaluate.genes import evaluation_rows, prepare
 from cellica.evaluate.params import EvalParams
 
 log = get_logger("evaluate")
@@ -48,7 +49,8 @@ def variant_metrics(features: dict[str, Any], params: EvalParams | None = None,
     with fixed_threads():  # BLAS reductions split by thread count: fix it so the numbers do not move
         for variant, adata in features.items():
             if isinstance(adata, str | os.PathLike):  # read when its turn comes: one matrix in memory
-                adata = read_h5ad(adata)
+                # Without ground truth (which reads every row) only the evaluation's rows are loaded.
+                adata = read_h5ad(adata, rows=None if truth is not None else partial(evaluation_rows, warn=False))
             row = batch_metrics(adata, variant, p)
             if truth is not None:
                 from cellica.identify.recovery import truth_recovery
@@ -77,7 +79,7 @@ def batch_metrics(adata, variant: str, p: EvalParams | None = None) -> dict[str,
     p = p or EvalParams()
     adata = prepare(adata, p)
     ctrl = adata.obs["is_control"].to_numpy(dtype=bool)
-    x = np.asarray(adata.X, np.float64)[ctrl]
+    x = np.asarray(adata.X[ctrl], np.float64)
     b = adata.obs[p.batch_key].astype(str).to_numpy()[ctrl]
     rng = np.random.default_rng(p.seed)
     if len(x) > p.max_batch_samples:

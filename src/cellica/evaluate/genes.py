@@ -35,6 +35,7 @@ fits with each seed (LightGBM's seed and the random splits); the tables carry a
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -83,6 +84,26 @@ def gene_chunk(genes: list[str], chunk: str | None) -> list[str]:
     return genes[i::n]
 
 
+def evaluation_rows(obs: pd.DataFrame, warn: bool = True) -> np.ndarray:
+    """The rows the classifiers see: all but the controls that fitted the transform (so
+    :func:`cellica.core.adata.read_h5ad` can load only these), or every row when every
+    control fitted it (with a loud warning, unless ``warn`` is false: the evaluation then
+    reuses them, and :func:`prepare` warns)."""
+    ctrl = obs["is_control"].to_numpy(dtype=bool)
+    if FIT_COL not in obs or not obs[FIT_COL].any():
+        return np.ones(len(obs), bool)
+    fitted = obs[FIT_COL].to_numpy(dtype=bool)
+    if (ctrl & ~fitted).any():
+        log.info("evaluating against %d held-back controls (%d controls fitted the transform and are left out)",
+                 int((ctrl & ~fitted).sum()), int(fitted.sum()))
+        return ~fitted
+    if warn:
+        log.warning("every control fitted the transform (fit_fraction 1.0): the evaluation REUSES these %d "
+                    "controls, so it compares perturbations with the controls the transform was fit on "
+                    "(optimistic: leakage)", int(ctrl.sum()))
+    return np.ones(len(obs), bool)
+
+
 def prepare(adata, p: EvalParams):
     """Features at the configured level, without the controls that fitted the transform.
 
@@ -90,18 +111,9 @@ def prepare(adata, p: EvalParams):
     nothing to hold back: the evaluation reuses them, with a loud warning (the
     classifiers then compare perturbations with controls the transform was fit on).
     """
-    obs = adata.obs
-    ctrl = obs["is_control"].to_numpy(dtype=bool)
-    if FIT_COL in obs and obs[FIT_COL].any():
-        fitted = obs[FIT_COL].to_numpy(dtype=bool)
-        if (ctrl & ~fitted).any():
-            log.info("evaluating against %d held-back controls (%d controls fitted the transform and are left out)",
-                     int((ctrl & ~fitted).sum()), int(fitted.sum()))
-            adata = adata[~fitted].copy()
-        else:
-            log.warning("every control fitted the transform (fit_fraction 1.0): the evaluation REUSES these %d "
-                        "controls, so it compares perturbations with the controls the transform was fit on "
-                        "(optimistic: leakage)", int(ctrl.sum()))
+    keep = evaluation_rows(adata.obs)
+    if not keep.all():
+        adata = adata[keep].copy()
     if p.level == "wells" and "tile_id" in adata.obs:
         adata = aggregate_wells(adata)
         log.info("evaluating well means: %d wells (aggregated from tiles)", adata.n_obs)
@@ -116,8 +128,7 @@ def prepare(adata, p: EvalParams):
         log.warning("only one batch (%s): held-out-batch evaluation is impossible; every gene falls back to a "
                     "stratified random split (flagged single_batch)", obs[p.batch_key].iloc[0])
     x = np.asarray(adata.X, np.float32)
-    const = x.std(axis=0) == 0
-    if const.all():
+    if (x.max(axis=0) == x.min(axis=0)).all():  # no temporary copy, unlike std
         raise CellicaError("evaluate: every feature is constant; nothing to classify")
     return adata
 
@@ -174,7 +185,7 @@ def evaluate_genes(adata, params: EvalParams | None = None, chunk: str | None = 
     tables, imp_tables = [], []
     for seed, data in zip(p.seeds, per_seed, strict=True):
         if isinstance(data, str | os.PathLike):  # read when its seed comes: one seed's matrix in memory
-            data = read_h5ad(data)
+            data = read_h5ad(data, rows=functools.partial(evaluation_rows, warn=False))
         pg, imps = _evaluate_seed(data, p, int(seed), chunk, variant, threads, shared_dataset)
         if truth is not None:
             pg = truth_alignment(pg, imps, prepare(data, p), *truth)

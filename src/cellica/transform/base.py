@@ -20,9 +20,10 @@ from cellica.core.adata import make_adata
 from cellica.core.atomic import atomic_output
 from cellica.core.contracts import FIT_COL
 from cellica.core.errors import CellicaError
-from cellica.core.logs import get_logger
+from cellica.core.logs import get_logger, progress
 from cellica.core.threads import fixed_threads
 from cellica.transform.params import TransformParams
+from cellica.transform.rows import row_blocks
 
 log = get_logger("transforms")
 
@@ -61,42 +62,6 @@ def fit_control_mask(obs: pd.DataFrame, fraction: float, seed: int, batch_key: s
     return mask
 
 
-def batch_stats(x: np.ndarray, obs: pd.DataFrame, key: str, scale: bool, source: str) -> dict[str, tuple]:
-    """Per-batch (mean, std) of the controls; every batch must have controls."""
-    if key not in obs.columns:
-        raise CellicaError(f"{source}: batch_key {key!r} is not a metadata column")
-    ctrl = controls_mask(obs)
-    stats = {}
-    for batch in pd.unique(obs[key]):
-        rows = (obs[key] == batch).to_numpy() & ctrl
-        if not rows.any():
-            raise CellicaError(
-                f"{source}: batch {batch!r} has no control samples, but per-batch correction "
-                "uses each batch's controls; set batch_correction: none or add controls"
-            )
-        mean = x[rows].mean(axis=0)
-        std = x[rows].std(axis=0) if scale else None
-        if scale and rows.sum() < 2:
-            raise CellicaError(f"{source}: batch {batch!r} has one control sample; center_scale needs >= 2")
-        stats[batch] = (mean, std)
-    return stats
-
-
-def apply_batch_correction(x: np.ndarray, obs: pd.DataFrame, p: TransformParams, source: str) -> np.ndarray:
-    """Centre (and scale) each batch on its own controls."""
-    if p.batch_correction is None:
-        return x
-    scale = p.batch_correction == "center_scale"
-    out = np.empty_like(x)
-    keys = obs[p.batch_key].to_numpy()
-    for batch, (mean, std) in batch_stats(x, obs, p.batch_key, scale, source).items():
-        rows = keys == batch
-        out[rows] = x[rows] - mean
-        if scale:
-            out[rows] /= np.maximum(std, 1e-6 * max(float(std.max()), 1e-30))
-    return out
-
-
 def check_constant(x: np.ndarray, names: list[str], p: TransformParams, source: str) -> np.ndarray:
     """Boolean mask of the features to keep; constant ones are an error unless drop_constant."""
     const = x.std(axis=0) <= 1e-12 * max(1.0, float(np.abs(x).max()))
@@ -113,7 +78,7 @@ def check_constant(x: np.ndarray, names: list[str], p: TransformParams, source: 
 
 # ---------------------------------------------------------------------- estimators
 class Transform:
-    """Base class: the ``base`` variant (identity). Subclasses override ``_fit``/``_apply``."""
+    """Base class: the ``base`` variant (identity). Subclasses override ``_fit``, ``_context`` and ``_apply_block``."""
 
     variant: ClassVar[str] = "base"
     prefix: ClassVar[str] = ""
@@ -133,12 +98,13 @@ class Transform:
 
     def _fit_adata(self, adata) -> Transform:
         t0 = time.perf_counter()
-        x = np.asarray(adata.X, dtype=np.float64)
+        # The matrix stays as stored (float32): rows become float64 only where and when used.
+        x = adata.X
         self.in_features = list(map(str, adata.var_names))
         obs = adata.obs.copy()
         p = self.params
         obs[FIT_COL] = fit_control_mask(obs, p.fit_fraction, p.seed, p.batch_key)
-        self._fitted = (list(map(str, adata.obs_names)), obs[FIT_COL].to_numpy())
+        self._fitted = (pd.Index(adata.obs_names.astype(str)), obs[FIT_COL].to_numpy())
         self.info["fit_controls"] = int(obs[FIT_COL].sum())
         self.info["held_back_controls"] = int((obs["is_control"] & ~obs[FIT_COL]).sum())
         if p.fit_fraction >= 1.0:
@@ -146,7 +112,7 @@ class Transform:
                         "(it compares perturbations with the controls the transform was fit on: leakage)")
         if p.standardize == "controls":
             self._fit_standardize(x, obs, self._source(adata))
-        self._fit(self._standardize(x), obs, self._source(adata))
+        self._fit(x, obs, self._source(adata))
         self.info["fit_seconds"] = round(time.perf_counter() - t0, 3)
         self.info["fit_samples"] = int(adata.n_obs)
         return self
@@ -165,18 +131,53 @@ class Transform:
         if names != self.in_features:
             raise CellicaError(f"{source}: feature names differ from those the transform was fitted on")
         obs = adata.obs.copy()
-        fitted = getattr(self, "_fitted", None)
-        if fitted is not None and fitted[0] == list(map(str, adata.obs_names)):
-            obs[FIT_COL] = fitted[1]
+        if self._fitted_on(adata):
+            obs[FIT_COL] = self._fitted[1]
         elif FIT_COL not in obs:  # new data: its own controls give the per-batch statistics
             obs[FIT_COL] = obs["is_control"].to_numpy(dtype=bool)
         with fixed_threads():
-            y = self._apply(self._standardize(np.asarray(adata.X, dtype=np.float64)), obs, source)
+            y = self._apply_all(adata.X, obs, source)
         var = self.out_names(y.shape[1])
         uns = dict(adata.uns)
         uns["transform"] = {"variant": self.variant, "params": asdict(self.params), "diagnostics": self.info,
                             "cellica_version": __version__, "in_features": len(self.in_features)}
         return make_adata(y, obs, var, uns, source)
+
+    def _fitted_on(self, adata) -> bool:
+        """Whether ``adata`` holds the very samples this transform was fitted on, in order."""
+        fitted = getattr(self, "_fitted", None)
+        return fitted is not None and fitted[0].equals(pd.Index(adata.obs_names.astype(str)))
+
+    def _apply_all(self, x: np.ndarray, obs: pd.DataFrame, source: str) -> np.ndarray:
+        """The transform of every row, block by block into one float32 matrix (the output contract)."""
+        ctx = self._context(x, obs, source)
+        blocks = row_blocks(x.shape[0])
+        out = None
+        for sl in progress(blocks, desc=f"{self.variant}: transform", unit="block") if len(blocks) > 1 else blocks:
+            y = self._apply_block(self._rows(x, sl), obs.iloc[sl], ctx)
+            if out is None:
+                out = np.empty((x.shape[0], y.shape[1]), np.float32)
+            out[sl] = y
+        return out
+
+    def _rows(self, x: np.ndarray, rows) -> np.ndarray:
+        """Rows of the stored matrix (a mask or a slice) as standardised float64: a private copy."""
+        return self._standardize(np.array(x[rows], dtype=np.float64))
+
+    def _gather(self, x: np.ndarray, obs: pd.DataFrame, rows: np.ndarray, fn) -> np.ndarray:
+        """``fn(block, block_obs)`` on every row block, keeping the ``rows`` (a mask): computed on
+        blocks of all rows, not on the selection, so its values are the ones the transform writes."""
+        out, at = None, 0
+        for sl in row_blocks(x.shape[0]):
+            keep = rows[sl]
+            if not keep.any():
+                continue
+            y = fn(self._rows(x, sl), obs.iloc[sl])[keep]
+            if out is None:
+                out = np.empty((int(rows.sum()), y.shape[1]), y.dtype)
+            out[at: at + y.shape[0]] = y
+            at += y.shape[0]
+        return out
 
     def fit_transform(self, adata):
         return self.fit(adata).transform(adata)
@@ -224,8 +225,9 @@ class Transform:
         ctrl = controls_mask(obs)
         if ctrl.sum() < 2:
             raise CellicaError(f"{source}: standardize: controls needs >= 2 fitting controls, got {int(ctrl.sum())}")
-        sd = x[ctrl].std(axis=0)
-        self.arrays["standardize_mean"] = x[ctrl].mean(axis=0)
+        fit = np.asarray(x[ctrl], dtype=np.float64)
+        sd = fit.std(axis=0)
+        self.arrays["standardize_mean"] = fit.mean(axis=0)
         self.arrays["standardize_scale"] = 1.0 / np.maximum(sd, 1e-6 * max(float(sd.max()), 1e-30))
         log.info("%s: standardised every feature on all %d fitting controls at once", self.variant, int(ctrl.sum()))
 
@@ -238,7 +240,12 @@ class Transform:
     def _fit(self, x: np.ndarray, obs: pd.DataFrame, source: str) -> None:
         pass
 
-    def _apply(self, x: np.ndarray, obs: pd.DataFrame, source: str) -> np.ndarray:
+    def _context(self, x: np.ndarray, obs: pd.DataFrame, source: str):
+        """What applying needs from the whole data (e.g. per-batch statistics), computed once."""
+        return None
+
+    def _apply_block(self, x: np.ndarray, obs: pd.DataFrame, ctx) -> np.ndarray:
+        """The transform of a block of standardised float64 rows."""
         return x
 
     def _source(self, adata) -> str:

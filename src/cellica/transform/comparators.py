@@ -25,15 +25,16 @@ class Sphering(Transform):
         rows = controls_mask(obs)
         if not rows.any():
             raise CellicaError(f"{source}: no control samples to fit sphering on")
-        keep = check_constant(x[rows], self.in_features, p, source)
-        fit = x[rows][:, keep]
+        fit = self._rows(x, rows)
+        keep = check_constant(fit, self.in_features, p, source)
+        fit = fit[:, keep]
         mean = fit.mean(axis=0)
         lam, vec = np.linalg.eigh(np.atleast_2d(np.cov(fit - mean, rowvar=False)))
         w = vec @ np.diag(1.0 / np.sqrt(np.maximum(lam, 0) + p.sphering_epsilon)) @ vec.T
         self.arrays.update(keep=keep, mean=mean, w=w)
         self.info.update(fit_rows=int(rows.sum()), epsilon=p.sphering_epsilon, dropped_constant=int((~keep).sum()))
 
-    def _apply(self, x, obs, source):
+    def _apply_block(self, x, obs, ctx):
         return (x[:, self.arrays["keep"]] - self.arrays["mean"]) @ self.arrays["w"].T
 
 
@@ -43,15 +44,14 @@ class _Transductive(Transform):
     transductive = True
 
     def transform(self, adata):
-        fitted = getattr(self, "_fitted", None)
-        if fitted is None or fitted[0] != list(map(str, adata.obs_names)):
+        if not self._fitted_on(adata):
             raise CellicaError(
                 f"{self.variant} corrects the samples it was fitted on and cannot be applied to other "
                 "samples; refit it on the combined data"
             )
         return super().transform(adata)
 
-    def _apply(self, x, obs, source):
+    def _apply_all(self, x, obs, source):
         return self._corrected
 
 
@@ -67,8 +67,10 @@ class Harmony(_Transductive):
         p = self.params
         pca = PCAWhitening(p)
         pca.in_features = self.in_features
+        pca.arrays.update({k: v for k, v in self.arrays.items() if k.startswith("standardize_")})
         pca._fit(x, obs, source)
-        scores = (pca._pre(x[:, pca.arrays["keep"]], obs, source) - pca.arrays["mean"]) @ pca.arrays["components"].T
+        ctx = pca._context(x, obs, source)
+        scores = pca._gather(x, obs, np.ones(x.shape[0], bool), lambda xb, ob: pca._scores(xb, ob, ctx))
         if obs[p.batch_key].nunique() < 2:
             raise CellicaError(f"{source}: harmony needs at least two batches in {p.batch_key!r}")
         ho = harmonypy.run_harmony(scores, obs[[p.batch_key]].astype(str), [p.batch_key], theta=p.harmony_theta,
@@ -91,8 +93,9 @@ class Combat(_Transductive):
         p = self.params
         if obs[p.batch_key].nunique() < 2:
             raise CellicaError(f"{source}: combat needs at least two batches in {p.batch_key!r}")
+        x = self._rows(x, slice(None))  # ComBat corrects the whole matrix at once
         keep = check_constant(x, self.in_features, p, source)
-        tmp = ad.AnnData(x[:, keep].astype(np.float64), obs=pd.DataFrame({"b": obs[p.batch_key].astype(str).to_numpy()},
+        tmp = ad.AnnData(x[:, keep], obs=pd.DataFrame({"b": obs[p.batch_key].astype(str).to_numpy()},
                                                                           index=obs.index.astype(str)))
         self._corrected = np.asarray(sc.pp.combat(tmp, key="b", inplace=False))
         self.arrays["keep"] = keep

@@ -5,17 +5,13 @@ the whitening holds) or a seeded Haar-random rotation (the control for ICA's).
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.transform.base import (
-    Transform,
-    apply_batch_correction,
-    check_constant,
-    controls_mask,
-    usable_rows,
-)
+from cellica.transform.base import Transform, check_constant, controls_mask, usable_rows
 from cellica.transform.ica import canonicalise, fit_rotation, haar_rotation, whiteness_error
+from cellica.transform.rows import batch_keys, batch_stats, correct
 from cellica.transform.whitening import fit_whitening
 
 log = get_logger("transforms")
@@ -32,10 +28,14 @@ class PCAWhitening(Transform):
 
     def _fit(self, x, obs, source):
         p = self.params
-        keep = check_constant(x[self._fit_rows(obs, source)], self.in_features, p, source)
+        rows = self._fit_rows(obs, source)
+        fit = self._rows(x, rows)
+        keep = check_constant(fit, self.in_features, p, source)
         self.arrays["keep"] = keep
-        x = self._pre(x[:, keep], obs, source)
-        fit = x[self._fit_rows(obs, source)]
+        fit = self._kept(fit)
+        if p.batch_correction is not None and p.batch_stage == "before":
+            ctx = self._context(x, obs, source)
+            fit = correct(fit, obs[p.batch_key].to_numpy()[rows], ctx, self._scaled)
         w = fit_whitening(fit, p.n_components, p.eig_floor, source, self.variant)
         self.arrays.update(mean=w.mean, components=w.components, scale=w.scale)
         self.info.update(n_components=w.info["n_components"], fit_on=p.fit_on, fit_rows=w.info["fit_rows"],
@@ -55,20 +55,44 @@ class PCAWhitening(Transform):
                                "whitening on controls needs them (or set fit_on: all)")
         return ctrl
 
-    def _pre(self, x, obs, source):
-        p = self.params
-        return apply_batch_correction(x, obs, p, source) if p.batch_stage == "before" else x
+    @property
+    def _scaled(self) -> bool:
+        return self.params.batch_correction == "center_scale"
 
-    def _whiten(self, x, obs, source):
+    def _kept(self, x):
         keep = self.arrays["keep"]
-        z = (self._pre(x[:, keep], obs, source) - self.arrays["mean"]) @ self.arrays["components"].T
+        return x if keep.all() else x[:, keep]
+
+    def _context(self, x, obs, source):
+        """Per-batch statistics from this data's controls: of the kept features before the
+        whitening, or of the whitened ones after it (``batch_stage``)."""
+        p = self.params
+        if p.batch_correction is None:
+            return None
+        keys = batch_keys(obs, p.batch_key, source)
+        ctrl = controls_mask(obs)
+        if p.batch_stage == "before":
+            fit = self._kept(self._rows(x, ctrl))
+        else:
+            fit = self._gather(x, obs, ctrl, lambda xb, ob: self._scores(xb, ob, None) * self.arrays["scale"])
+        return batch_stats(fit, keys[ctrl], pd.unique(keys), self._scaled, source)
+
+    def _scores(self, x, obs, ctx):
+        """Projections on the kept components, before their scaling."""
+        x = self._kept(x)
+        if self.params.batch_correction is not None and self.params.batch_stage == "before":
+            x = correct(x, obs[self.params.batch_key].to_numpy(), ctx, self._scaled)
+        return (x - self.arrays["mean"]) @ self.arrays["components"].T
+
+    def _whiten(self, x, obs, ctx):
+        z = self._scores(x, obs, ctx)
         z = z * self.arrays["scale"]
-        if self.params.batch_stage == "after":
-            z = apply_batch_correction(z, obs, self.params, source)
+        if self.params.batch_correction is not None and self.params.batch_stage == "after":
+            z = correct(z, obs[self.params.batch_key].to_numpy(), ctx, self._scaled)
         return z
 
-    def _apply(self, x, obs, source):
-        return self._whiten(x, obs, source)
+    def _apply_block(self, x, obs, ctx):
+        return self._whiten(x, obs, ctx)
 
 
 class PCAICA(PCAWhitening):
@@ -80,16 +104,16 @@ class PCAICA(PCAWhitening):
     def _fit(self, x, obs, source):
         super()._fit(x, obs, source)
         p = self.params
-        z = self._whiten(x, obs, source)
         rows = controls_mask(obs) if p.ica_fit_on == "controls" else usable_rows(obs)
         if not rows.any():
             raise CellicaError(f"{source}: ICA on controls, but there are none")
-        fit = z[rows]
+        ctx = self._context(x, obs, source)
+        fit = self._gather(x, obs, rows, lambda xb, ob: self._whiten(xb, ob, ctx))
         if p.ica_max_samples and fit.shape[0] > p.ica_max_samples:
             pick = np.random.default_rng(p.random_seed).choice(fit.shape[0], p.ica_max_samples, replace=False)
             fit = fit[np.sort(pick)]
         # ICA needs centred, white input: re-whiten the fit set when the PCA whitening does not hold on it.
-        fit = fit - fit.mean(axis=0)
+        fit -= fit.mean(axis=0)
         err = whiteness_error(fit)
         pre = np.eye(fit.shape[1])
         if err > WHITE_TOL:
@@ -105,8 +129,8 @@ class PCAICA(PCAWhitening):
                             "whiteness_error_before": err, "rewhitened": bool(err > WHITE_TOL),
                             "negentropy": canon["negentropy"][:20], "converged": bool(result.diagnostics["converged"])}
 
-    def _apply(self, x, obs, source):
-        return self._whiten(x, obs, source) @ self.arrays["unmixing"].T
+    def _apply_block(self, x, obs, ctx):
+        return self._whiten(x, obs, ctx) @ self.arrays["unmixing"].T
 
 
 class PCARandom(PCAWhitening):
@@ -120,5 +144,5 @@ class PCARandom(PCAWhitening):
         self.arrays["rotation"] = haar_rotation(len(self.arrays["scale"]), self.params.random_seed)
         self.info["rotation_seed"] = self.params.random_seed
 
-    def _apply(self, x, obs, source):
-        return self._whiten(x, obs, source) @ self.arrays["rotation"].T
+    def _apply_block(self, x, obs, ctx):
+        return self._whiten(x, obs, ctx) @ self.arrays["rotation"].T

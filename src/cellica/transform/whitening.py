@@ -10,6 +10,7 @@ import numpy as np
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.transform.rows import covariance
 
 log = get_logger("transforms")
 
@@ -51,7 +52,7 @@ def fit_whitening(fit: np.ndarray, n_components: float | None, eig_floor: float,
     """
     n, d = fit.shape
     mean = fit.mean(axis=0)
-    cov = np.cov(fit - mean, rowvar=False).reshape(d, d)
+    cov = covariance(fit - mean)
     eigval, eigvec = np.linalg.eigh(cov)
     order = np.argsort(eigval)[::-1]
     eigval, eigvec = eigval[order], eigvec[:, order]
