@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -15,7 +14,7 @@ import pandas as pd
 
 from cellica.core.adata import aggregate_wells, read_h5ad
 from cellica.core.logs import get_logger
-from cellica.evaluate.genes import evaluation_rows, prepare
+from cellica.evaluate.genes import prepare, read_evaluation_rows
 from cellica.evaluate.params import EvalParams
 
 log = get_logger("evaluate")
@@ -50,7 +49,7 @@ def variant_metrics(features: dict[str, Any], params: EvalParams | None = None,
         for variant, adata in features.items():
             if isinstance(adata, str | os.PathLike):  # read when its turn comes: one matrix in memory
                 # Without ground truth (which reads every row) only the evaluation's rows are loaded.
-                adata = read_h5ad(adata, rows=None if truth is not None else partial(evaluation_rows, warn=False))
+                adata = read_h5ad(adata) if truth is not None else read_evaluation_rows(adata)
             row = batch_metrics(adata, variant, p)
             if truth is not None:
                 from cellica.identify.recovery import truth_recovery

@@ -3,7 +3,6 @@ functions (features .h5ad in, parquet tables out, written atomically)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections.abc import Sequence
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cellica.core.adata import read_h5ad, stored_variant
+from cellica.core.adata import stored_variant
 from cellica.core.atomic import read_parquet, write_parquet, write_parquets
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
@@ -29,7 +28,7 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
     ``truth`` (a simulated tile store) adds the ground-truth alignment columns; a table of
     true factors has no per-gene effects and adds none. Returns the per-gene table.
     """
-    from cellica.evaluate.genes import evaluate_genes, evaluation_rows
+    from cellica.evaluate.genes import evaluate_genes, read_evaluation_rows
 
     params = params or EvalParams()
     paths = [Path(f) for f in features]
@@ -42,7 +41,7 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
         if gt["effects"] is not None:  # which factors each gene moves: only simulated stores know
             gene_truth = gt["latents"], gt["effects"]
     # One file serves every seed (read once); per-seed files are read one at a time, as each seed comes.
-    data = paths if len(paths) > 1 else read_h5ad(paths[0], rows=functools.partial(evaluation_rows, warn=False))
+    data = paths if len(paths) > 1 else read_evaluation_rows(paths[0])
     per_gene, imps = evaluate_genes(data, params, chunk, variant, threads=threads, truth=gene_truth)
     write_parquets([per_gene, imps], [out, importances_out])
     return per_gene

@@ -104,6 +104,11 @@ def evaluation_rows(obs: pd.DataFrame, warn: bool = True) -> np.ndarray:
     return np.ones(len(obs), bool)
 
 
+def read_evaluation_rows(path):
+    """A features file with only the rows the classifiers see (see :func:`evaluation_rows`)."""
+    return read_h5ad(path, rows=functools.partial(evaluation_rows, warn=False))
+
+
 def prepare(adata, p: EvalParams):
     """Features at the configured level, without the controls that fitted the transform.
 
@@ -185,7 +190,7 @@ def evaluate_genes(adata, params: EvalParams | None = None, chunk: str | None = 
     tables, imp_tables = [], []
     for seed, data in zip(p.seeds, per_seed, strict=True):
         if isinstance(data, str | os.PathLike):  # read when its seed comes: one seed's matrix in memory
-            data = read_h5ad(data, rows=functools.partial(evaluation_rows, warn=False))
+            data = read_evaluation_rows(data)
         pg, imps = _evaluate_seed(data, p, int(seed), chunk, variant, threads, shared_dataset)
         if truth is not None:
             pg = truth_alignment(pg, imps, prepare(data, p), *truth)
