@@ -153,7 +153,10 @@ def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):
     codes = obs.groupby(list(keys), sort=False, observed=True).ngroup().to_numpy()
     n_groups = int(codes.max()) + 1 if codes.size else 0
     sums = np.zeros((n_groups, adata.n_vars), np.float64)
-    np.add.at(sums, codes, np.asarray(adata.X, np.float64))
+    # Row blocks in order: the same additions in the same order as one call (same bits), without
+    # a float64 copy of the whole matrix.
+    for start in range(0, len(codes), 65536):
+        np.add.at(sums, codes[start: start + 65536], np.asarray(adata.X[start: start + 65536], np.float64))
     counts = np.bincount(codes, minlength=n_groups)
     constant = [c for c in obs.columns
                 if (obs.groupby(codes, observed=True)[c].nunique(dropna=False) <= 1).all()]
