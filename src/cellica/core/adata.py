@@ -24,6 +24,8 @@ log = get_logger("adata")
 
 OBS_REQUIRED = ("plate", "well", "batch", "perturbation", "is_control")
 WELL_KEYS = ("batch", "plate", "well")
+# Rows per block of the whole-matrix passes below: no copy of the matrix, only of a block.
+BLOCK_ROWS = 65536
 
 
 def check_obs(obs: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -54,8 +56,8 @@ def check_matrix(x: np.ndarray, obs_names: pd.Index, source: str) -> np.ndarray:
     """Float32 copy of the feature matrix; NaN or Inf is an error naming the samples."""
     x = np.asarray(x, dtype=np.float32)
     bad = np.zeros(x.shape[0], bool)
-    for start in range(0, x.shape[0], 65536):  # by blocks: no boolean copy of the whole matrix
-        bad[start: start + 65536] = ~np.isfinite(x[start: start + 65536]).all(axis=1)
+    for start in range(0, x.shape[0], BLOCK_ROWS):
+        bad[start: start + BLOCK_ROWS] = ~np.isfinite(x[start: start + BLOCK_ROWS]).all(axis=1)
     if bad.any():
         raise CellicaError(
             f"{source}: {int(bad.sum())} sample(s) have NaN/Inf features, e.g. "
@@ -153,10 +155,10 @@ def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):
     codes = obs.groupby(list(keys), sort=False, observed=True).ngroup().to_numpy()
     n_groups = int(codes.max()) + 1 if codes.size else 0
     sums = np.zeros((n_groups, adata.n_vars), np.float64)
-    # Row blocks in order: the same additions in the same order as one call (same bits), without
-    # a float64 copy of the whole matrix.
-    for start in range(0, len(codes), 65536):
-        np.add.at(sums, codes[start: start + 65536], np.asarray(adata.X[start: start + 65536], np.float64))
+    # Row blocks in order: the same additions in the same order as one call (same bits).
+    for start in range(0, len(codes), BLOCK_ROWS):
+        block = slice(start, start + BLOCK_ROWS)
+        np.add.at(sums, codes[block], np.asarray(adata.X[block], np.float64))
     counts = np.bincount(codes, minlength=n_groups)
     constant = [c for c in obs.columns
                 if (obs.groupby(codes, observed=True)[c].nunique(dropna=False) <= 1).all()]
