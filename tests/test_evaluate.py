@@ -221,3 +221,19 @@ def test_a_gene_without_any_usable_held_out_fold_is_skipped_with_the_reasons():
     pg, _ = evaluate_genes(data[~drop].copy(), FAST)
     row = pg.set_index("gene").loc["NULL"]
     assert "batch B2 has no controls: fold skipped" in row["skipped"] and "batch B3" in row["skipped"]
+
+
+def test_activity_by_groups_of_perturbations_gives_the_bits_of_one_copairs_call(monkeypatch):
+    """AP is computed per group of perturbations to bound memory; a perturbation with one well
+    (no positive pair) must ride along without breaking a group, and nothing may move."""
+    import cellica.evaluate.batch as batch
+
+    data = screen()
+    one = data[~data.obs.is_control.to_numpy()].obs.index[:1]
+    data.obs.loc[one, "perturbation"] = "SINGLE"
+    data.obs.loc[one, "well"] = "Z99"
+    whole = phenotypic_activity(data, "v", FAST)
+    monkeypatch.setattr(batch, "AP_PAIRS_PER_CALL", 1)  # one perturbation per group
+    monkeypatch.setattr(batch, "AP_BATCH_BYTES", 1)  # one pair per cosine batch
+    pd.testing.assert_frame_equal(phenotypic_activity(data, "v", FAST), whole, check_exact=True)
+    assert set(whole["perturbation"]) >= {"STRONG", "NULL"}

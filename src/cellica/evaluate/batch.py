@@ -77,13 +77,12 @@ def batch_metrics(adata, variant: str, p: EvalParams | None = None) -> dict[str,
 
     p = p or EvalParams()
     adata = prepare(adata, p)
-    ctrl = adata.obs["is_control"].to_numpy(dtype=bool)
+    ctrl = np.flatnonzero(adata.obs["is_control"].to_numpy(dtype=bool))
+    rng = np.random.default_rng(p.seed)
+    if len(ctrl) > p.max_batch_samples:  # subsample first: only the subsample becomes float64
+        ctrl = ctrl[np.sort(rng.choice(len(ctrl), p.max_batch_samples, replace=False))]
     x = np.asarray(adata.X[ctrl], np.float64)
     b = adata.obs[p.batch_key].astype(str).to_numpy()[ctrl]
-    rng = np.random.default_rng(p.seed)
-    if len(x) > p.max_batch_samples:
-        pick = np.sort(rng.choice(len(x), p.max_batch_samples, replace=False))
-        x, b = x[pick], b[pick]
     n_batches = len(np.unique(b))
     out = {"variant": variant, "n_controls": int(len(x)), "n_batches": n_batches, "chance_accuracy": 1.0 / max(n_batches, 1)}
     if n_batches < 2:
@@ -143,7 +142,7 @@ def phenotypic_activity(adata, variant: str, p: EvalParams | None = None) -> pd.
     Computed on well means (replicate wells), cosine distance; ``p_value`` from
     copairs' permutation null, ``significant`` at ``p.map_threshold`` after FDR.
     """
-    from copairs.map import average_precision, mean_average_precision
+    from copairs.map import mean_average_precision
 
     p = p or EvalParams()
     adata = prepare(adata, EvalParams(**{**asdict(p), "level": "tiles"}))
@@ -156,10 +155,7 @@ def phenotypic_activity(adata, variant: str, p: EvalParams | None = None) -> pd.
         return pd.DataFrame(columns=columns)
     meta = pd.DataFrame({"perturbation": obs["perturbation"].astype(str),
                          "ref": np.where(obs["is_control"], np.arange(len(obs)), -1)})
-    feats = np.asarray(wells.X, np.float64)
-    ap = average_precision(meta, feats, pos_sameby=["perturbation", "ref"], pos_diffby=[], neg_sameby=[],
-                           neg_diffby=["perturbation", "ref"], progress_bar=False)
-    ap = ap[ap["ref"] == -1]
+    ap = _replicate_ap(meta, np.asarray(wells.X, np.float64))
     import tempfile
 
     # copairs caches its null distributions under ~/.copairs by default: keep them out of the
@@ -171,3 +167,44 @@ def phenotypic_activity(adata, variant: str, p: EvalParams | None = None) -> pd.
                           "below_corrected_p": "significant"})
     m["variant"] = variant
     return m[columns]
+
+
+# Each perturbation well is paired with every control well; copairs holds all pairs of a call
+# at once, so the perturbations are taken in groups of at most this many pairs.
+AP_PAIRS_PER_CALL = 2_000_000
+# copairs computes the pairs' cosines in batches, one thread per CPU of the machine, each batch
+# holding ~5 float64 copies of its rows: the batch size keeps all threads' copies under this.
+AP_BATCH_BYTES = 256 * 2**20
+
+
+def _replicate_ap(meta: pd.DataFrame, feats: np.ndarray) -> pd.DataFrame:
+    """copairs' average precision of every perturbation well against the controls, by groups of
+    perturbations. A well's AP depends only on its own replicates and the controls, and each pair's
+    cosine is computed row by row, so the groups give the bits of one call (rows in input order)
+    with memory bounded by :data:`AP_PAIRS_PER_CALL` instead of growing with the number of genes."""
+    from copairs.map import average_precision
+
+    control = (meta["ref"] >= 0).to_numpy()
+    wells_per = meta.loc[~control, "perturbation"].value_counts(sort=False)
+    per_call = max(1, AP_PAIRS_PER_CALL // max(int(control.sum()), 1))
+    groups, size = [[]], 0
+    for pert, n in wells_per.items():
+        # copairs refuses a call without positive pairs, so a group closes only once it holds
+        # a replicated perturbation (unreplicated ones ride along: their AP is NaN either way).
+        if size + n > per_call and (wells_per[groups[-1]] >= 2).any():
+            groups.append([])
+            size = 0
+        groups[-1].append(pert)
+        size += int(n)
+    if len(groups) > 1 and not (wells_per[groups[-1]] >= 2).any():
+        groups[-2] += groups.pop()
+    batch = max(1, AP_BATCH_BYTES // (5 * 8 * feats.shape[1] * (os.cpu_count() or 1)))
+    parts = []
+    for group in groups:
+        rows = np.flatnonzero(control | meta["perturbation"].isin(group).to_numpy())
+        ap = average_precision(meta.iloc[rows], feats[rows], pos_sameby=["perturbation", "ref"], pos_diffby=[],
+                               neg_sameby=[], neg_diffby=["perturbation", "ref"], batch_size=batch,
+                               progress_bar=False)
+        ap.index = rows  # copairs numbers the rows it was given: back to positions in meta
+        parts.append(ap[ap["ref"] == -1])
+    return pd.concat(parts).sort_index() if len(parts) > 1 else parts[0]
