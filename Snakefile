@@ -19,6 +19,7 @@ include: "workflow/rules/tiles.smk"
 include: "workflow/rules/embed.smk"
 include: "workflow/rules/transform.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/maps.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import REPO
 
 PKG = REPO / "src" / "cellica"
-RANK = {"core": 0, "store": 1, "embed": 2, "transform": 3, "identify": 4, "evaluate": 5, "report": 6,
-        "config": 7, "cli": 8}
+RANK = {"core": 0, "store": 1, "embed": 2, "transform": 3, "identify": 4, "evaluate": 5, "maps": 6, "report": 7,
+        "config": 8, "cli": 9}
 MODULES = sorted(PKG.rglob("*.py"))
 
 

@@ -17,4 +17,8 @@ def test_the_documented_python_pipeline_runs(tmp_path, monkeypatch):
     assert len(pg) == 4 and pg["auroc_mean"].notna().all() and (pg["auroc_mean"] != 0.5).any()
     summary = pd.read_parquet(out / "summary.parquet")
     assert {"claim", "per_variant"} <= set(summary["table"])
-    assert (out / "report" / "index.html").is_file()
+    assert {"recall", "recall_null", "guide_consistent_fraction"} <= set(summary["metric"])
+    recall = pd.read_parquet(out / "recall.parquet")
+    assert (recall.loc[recall["source"] == "CORUM", "n_pairs"] > 0).all()  # complex members are CORUM pairs
+    index = (out / "report" / "index.html").read_text()
+    assert "Gene maps" in index and "Plate layout" in index

@@ -101,3 +101,22 @@ def test_bad_params(tmp_path, bad, match):
     with pytest.raises(CellicaError, match=match):
         simulate_screen(tmp_path / "x.zarr", SimulationParams(**{**TINY_SIM, **bad}))
     assert not (tmp_path / "x.zarr").exists()
+
+
+@pytest.mark.parametrize("mode", ["shared", "independent"])
+def test_complexes_name_genes_after_corum_members_and_share_effects_only_when_asked(tmp_path, mode):
+    from cellica.maps.annotations import load_sources
+
+    p = SimulationParams(**{**TINY_SIM, "n_genes": 8, "complexes": mode}, seed=2)
+    store = simulate_screen(tmp_path / "s.zarr", p)
+    named = store.ground_truth("complexes")
+    assert len(named) == 8 and named["gene"].is_unique
+    assert set(store.metadata.loc[~store.metadata.is_control, "perturbation"]) == set(named["gene"])
+    corum = load_sources(["CORUM"])
+    known = set(zip(corum["gene_a"], corum["gene_b"], strict=False))
+    for _, members in named.groupby("complex"):  # members of one complex are CORUM pairs
+        genes = sorted(members["gene"])
+        assert all((a, b) in known for i, a in enumerate(genes) for b in genes[i + 1:])
+    effects = store.ground_truth("effects").set_index("gene")[list(FACTOR_NAMES)]
+    same = [effects.loc[m["gene"]].nunique().max() == 1 for _, m in named.groupby("complex") if len(m) > 1]
+    assert all(same) if mode == "shared" else not any(same)

@@ -108,7 +108,8 @@ def test_dag_evaluates_and_reports(tiny_run):
     assert {"pca_ica - pca", "pca_ica - pca_rand"} <= set(comps["row"]) and comps["p_holm"].notna().any()
     pg = pd.read_parquet(res / "eval" / "pca_ica" / "per_gene.parquet")
     # Both chunks and both seeds gathered; the second seed re-fit the ICA.
-    assert sorted(pg["gene"].unique()) == [f"GENE00{i}" for i in range(1, 5)] and sorted(pg["seed"].unique()) == [0, 1]
+    named = TileStore.open(res / "tiles.zarr").ground_truth("complexes")  # simulate.complexes: shared
+    assert sorted(pg["gene"].unique()) == sorted(named["gene"]) and sorted(pg["seed"].unique()) == [0, 1]
     assert (res / "features" / "seeds" / "pca_ica-1.h5ad").is_file()
     assert not (res / "features" / "seeds" / "pca-1.h5ad").exists()  # pca has no seed to vary
     # Real classifiers: every gene's trees split, and AUROCs are not all 0.5.
@@ -123,6 +124,30 @@ def test_dag_evaluates_and_reports(tiny_run):
         assert "Ground truth (synthetic screen)" in page and "data:image/png;base64" in page
         assert "AUROC per guide" in page and "true positive rate" in page
     assert (res / "benchmarks" / "report.tsv").is_file()
+
+
+def test_dag_builds_gene_maps_and_scores_their_recall_of_known_pairs(tiny_run):
+    import anndata as ad
+    import pandas as pd
+
+    from cellica.transform.registry import VARIANTS
+
+    res = tiny_run / "results"
+    named = TileStore.open(res / "tiles.zarr").ground_truth("complexes")
+    for variant in VARIANTS:
+        genes = ad.read_h5ad(res / "maps" / f"{variant}.h5ad")
+        assert sorted(genes.obs_names) == sorted(named["gene"]) and genes.uns["transform"]["variant"] == variant
+        consistency = pd.read_parquet(res / "maps" / f"{variant}_consistency.parquet")
+        assert consistency["guide_corr"].between(-1, 1).all() and (consistency["n_guides"] == 2).all()
+    recall = pd.read_parquet(res / "maps" / "recall.parquet")
+    assert set(recall["variant"]) == set(VARIANTS)
+    assert set(recall["source"]) == {"CORUM", "HuMAP", "Reactome", "SIGNOR", "StringDB", "all"}
+    corum = recall[recall["source"] == "CORUM"]
+    # The tiny screen's genes come from CORUM complexes: their pairs are in the map and scored.
+    assert (corum["n_pairs"] > 0).all() and corum["recall"].between(0, 1).all()
+    assert (recall["symbols_unknown"] > 0).all()
+    diff = pd.read_parquet(res / "maps" / "recall_differences.parquet")
+    assert {("pca_ica", "pca"), ("pca_ica", "pca_rand")} <= set(zip(diff["variant"], diff["baseline"], strict=False))
 
 
 def test_dag_measures_ground_truth_recovery_and_stability(tiny_run):
@@ -174,7 +199,8 @@ def test_snakemake_report_packs_the_outputs(tiny_run):
     import zipfile
 
     names = zipfile.ZipFile(tiny_run / "report.zip").namelist()
-    assert any(n.endswith(f"/{safe_filename('GENE001')}.html") for n in names) and any(n.endswith("/summary.parquet") for n in names)
+    gene = TileStore.open(tiny_run / "results" / "tiles.zarr").ground_truth("complexes")["gene"].iloc[0]
+    assert any(n.endswith(f"/{safe_filename(gene)}.html") for n in names) and any(n.endswith("/summary.parquet") for n in names)
     assert "report/report.html" in names
 
 

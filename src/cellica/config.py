@@ -20,6 +20,7 @@ from cellica.core.params import Kind, Params, param, section_schema, show
 from cellica.embed.params import EmbedParams, FeatureTableParams, TrainParams
 from cellica.evaluate.params import EvalParams
 from cellica.identify.params import AlignParams
+from cellica.maps.params import MapParams
 from cellica.report.params import ReportParams
 from cellica.store.params import IngestParams, SimulationParams
 from cellica.transform.params import TransformParams
@@ -69,6 +70,9 @@ TransformKeys = _keys("transform", variants=(list[str], param(
         choices=("tiles", "wells"))))
 EvaluateKeys = _keys("evaluate", chunks=(int, param(
     1, "Jobs the genes are spread over (each a chunk of genes), merged per variant.", ge=1)))
+MapsKeys = _keys("maps", enabled=(bool, param(
+    True, "Build a gene-level map per variant (results/maps/) and score its guide consistency and its recall of "
+    "known relationships.")))
 
 
 @dataclasses.dataclass
@@ -95,6 +99,7 @@ SECTIONS: dict[str, tuple[type[Params], ...]] = {
     "transform": (TransformKeys, TransformParams),
     "stability": (StabilityKeys, AlignParams),
     "evaluate": (EvaluateKeys, EvalParams),
+    "maps": (MapsKeys, MapParams),
     "report": (ReportParams,),
 }
 

@@ -12,6 +12,7 @@ from cellica.config import apply_overrides, command_args, config_problem, config
 from cellica.embed.params import EmbedParams, FeatureTableParams, TrainParams
 from cellica.evaluate.params import EvalParams
 from cellica.identify.params import AlignParams
+from cellica.maps.params import MapParams
 from cellica.report.content import entity_label, times_text
 from cellica.report.params import ReportParams
 from cellica.store.params import IngestParams, SimulationParams
@@ -120,6 +121,29 @@ def batch_metrics_inputs(wildcards):
     return with_truth({"features": expand(FEATURES, variant=VARIANTS)})
 
 
+def summarize_inputs(wildcards):
+    """The evaluation's tables, plus the gene maps' recall and consistency when maps are on."""
+    inputs = {
+        "per_gene": expand(f"{EVAL}/{{variant}}/per_gene.parquet", variant=VARIANTS),
+        "batch": f"{EVAL}/batch_metrics.parquet",
+        "activity": f"{EVAL}/activity.parquet",
+    }
+    if config["maps"]["enabled"]:
+        inputs["recall"] = f"{RESULTS}/maps/recall.parquet"
+        inputs["recall_differences"] = f"{RESULTS}/maps/recall_differences.parquet"
+        inputs["consistency"] = expand(f"{RESULTS}/maps/{{variant}}_consistency.parquet", variant=VARIANTS)
+    return inputs
+
+
+def summarize_map_args(wildcards, input):
+    """`cellica summarize` options naming the gene maps' tables (quoted), when maps are on."""
+    if "recall" not in input.keys():
+        return ""
+    files = " ".join(shlex.quote(f) for f in input.consistency)
+    return (f"--recall {shlex.quote(input.recall)} --recall-differences {shlex.quote(input.recall_differences)}"
+            f" --consistency {files}")
+
+
 def align_args():
     """`cellica align` whitens and rotates as the transform stage does: its settings, and the split."""
     split = command_args(config, "stability", AlignParams)
@@ -143,6 +167,8 @@ def report_inputs(wildcards):
         inputs["tiles"] = TILES
     if config["stability"]["enabled"]:
         inputs["alignment"] = ALIGNMENT
+    if config["maps"]["enabled"]:
+        inputs["maps"] = expand(f"{RESULTS}/maps/{{variant}}.h5ad", variant=VARIANTS)
     return inputs
 
 
@@ -150,6 +176,8 @@ def final_outputs():
     outputs = [SUMMARY, f"{REPORTS}/index.html", f"{REPORTS}/gene_index"]
     if config["source"] != "features":
         outputs.append(f"{RESULTS}/qc/tiles_summary.txt")
+    if config["maps"]["enabled"]:
+        outputs.append(f"{RESULTS}/maps/recall.parquet")
     return outputs
 
 

@@ -77,9 +77,7 @@ rule batch_metrics:
 
 rule summarize:
     input:
-        per_gene=expand(f"{EVAL}/{{variant}}/per_gene.parquet", variant=VARIANTS),
-        batch=f"{EVAL}/batch_metrics.parquet",
-        activity=f"{EVAL}/activity.parquet",
+        unpack(summarize_inputs),
     output:
         report(SUMMARY, category="2. Evaluation", caption="../report/summary.rst"),
     log:
@@ -95,6 +93,7 @@ rule summarize:
     params:
         config_hash=CONFIG_HASH,
         args=cli_args("evaluate", EvalParams),
+        maps=summarize_map_args,
     shell:
         "cellica summarize --per-gene {input.per_gene:q} --batch {input.batch:q} --activity {input.activity:q}"
-        " --config-hash {params.config_hash} {params.args} --out {output:q} 2> {log:q}"
+        " --config-hash {params.config_hash} {params.maps} {params.args} --out {output:q} 2> {log:q}"

@@ -4,12 +4,15 @@
 REPORT_ARGS = (
     "cellica report --summary {input.summary:q} --per-gene {input.per_gene:q} --importances {input.importances:q}"
     " --features {input.features:q} {params.store} --config-hash {params.config_hash} {params.alignment}"
-    " --entity {params.entity:q} {params.args} --out {params.reports:q}"
+    " --entity {params.entity:q} {params.maps} {params.args} --out {params.reports:q}"
 )
 REPORT_PARAMS = {
     "store": lambda wildcards, input: f"--store {shlex.quote(input.tiles)}" if "tiles" in input.keys() else "",
     "alignment": lambda wildcards, input: (
         f"--alignment {shlex.quote(input.alignment)}" if "alignment" in input.keys() else ""
+    ),
+    "maps": lambda wildcards, input: (
+        "--maps " + " ".join(shlex.quote(m) for m in input.maps) if "maps" in input.keys() else ""
     ),
     "config_hash": CONFIG_HASH,
     "reports": REPORTS,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from cellica.cli.options import dataclass_from_args as params_of
+from cellica.core.errors import CellicaError
 
 
 def simulate(ns: argparse.Namespace) -> None:
@@ -91,7 +92,26 @@ def summarize(ns: argparse.Namespace) -> None:
     from cellica.evaluate.files import summarize_files
     from cellica.evaluate.params import EvalParams
 
-    summarize_files(ns.per_gene, ns.batch, ns.activity, ns.out, params_of(EvalParams, ns), ns.config_hash)
+    if bool(ns.recall) != bool(ns.recall_differences):
+        raise CellicaError("summarize: --recall and --recall-differences go together")
+    summarize_files(ns.per_gene, ns.batch, ns.activity, ns.out, params_of(EvalParams, ns), ns.config_hash,
+                    ns.recall, ns.recall_differences, ns.consistency)
+
+
+def gene_map(ns: argparse.Namespace) -> None:
+    from cellica.maps.files import gene_map_files
+    from cellica.maps.params import MapParams
+
+    gene_map_files(ns.features, ns.out, ns.consistency_out, params_of(MapParams, ns))
+
+
+def recall(ns: argparse.Namespace) -> None:
+    from cellica.maps.files import recall_files
+    from cellica.maps.params import MapParams
+
+    table = recall_files(ns.maps, ns.out, ns.differences_out, params_of(MapParams, ns))
+    print(table[["variant", "source", "n_pairs", "recall", "ci_low", "ci_high", "null_recall"]].to_string(
+        index=False, float_format=lambda v: f"{v:.3f}"))
 
 
 def align(ns: argparse.Namespace) -> None:
@@ -110,7 +130,7 @@ def report(ns: argparse.Namespace) -> None:
     report_from_files(ns.summary, ns.per_gene, ns.importances, ns.out, features=ns.features, store=ns.store,
                       benchmarks=ns.benchmarks, config=ns.config, config_hash=ns.config_hash,
                       alignment=ns.alignment, entity=ns.entity, genes=ns.gene, params=params_of(ReportParams, ns),
-                      part=ns.part, index_only=ns.index_only)
+                      part=ns.part, index_only=ns.index_only, maps=ns.maps)
 
 
 def schema(ns: argparse.Namespace) -> None:

@@ -81,14 +81,22 @@ def batch_metrics_files(features: Sequence[PathLike], out: PathLike, activity_ou
 
 
 def summarize_files(per_gene: Sequence[PathLike], batch: PathLike, activity: PathLike, out: PathLike,
-                    params: EvalParams | None = None, config_hash: str = "") -> pd.DataFrame:
-    """The summary and claims table (``summary.parquet``) from the evaluation outputs."""
+                    params: EvalParams | None = None, config_hash: str = "", recall: PathLike | None = None,
+                    recall_differences: PathLike | None = None,
+                    consistency: Sequence[PathLike] = ()) -> pd.DataFrame:
+    """The summary and claims table (``summary.parquet``) from the evaluation outputs, plus the
+    gene maps' recall and guide consistency when their tables are given."""
     from cellica.evaluate.summary import summary_table
 
     params = params or EvalParams()
     genes = pd.concat([read_parquet(p, "per-gene table") for p in per_gene], ignore_index=True)
+    maps = None
+    if recall:
+        cons = [read_parquet(p, "guide consistency table") for p in consistency]
+        maps = (read_parquet(recall, "recall table"), read_parquet(recall_differences, "recall differences"),
+                pd.concat(cons, ignore_index=True) if cons else pd.DataFrame(columns=["variant", "consistent"]))
     table = summary_table(genes, read_parquet(batch, "batch metrics"), read_parquet(activity, "activity table"),
-                          params.n_boot, params.seed)
+                          params.n_boot, params.seed, maps)
     for claim in table[table["table"] == "claim"].itertuples():
         log.info("claim %s: %s (%s)", claim.verdict.upper(), claim.row, claim.detail)
     table.attrs["provenance"] = json.dumps({"per_gene": [str(p) for p in per_gene], "batch": str(batch),

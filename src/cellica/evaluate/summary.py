@@ -4,6 +4,7 @@ paired comparisons between variants and the claims, as one tidy table.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from cellica.core.logs import get_logger
@@ -21,13 +22,15 @@ BATCH_COLUMNS = ["batch_accuracy", "batch_accuracy_lgbm", "chance_accuracy", "si
 
 
 def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.DataFrame, n_boot: int = 2000,
-                  seed: int = 0) -> pd.DataFrame:
+                  seed: int = 0, maps: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None) -> pd.DataFrame:
     """The paper's Tables 3-4 with uncertainty, the variant comparisons and the claims, as one tidy table.
 
     ``table`` is ``per_gene`` (each gene's metric, mean over seeds), ``per_variant``
     (means over genes with 95% bootstrap intervals, counts, batch metrics, mAP),
     ``comparison`` (paired differences, Wilcoxon and Holm-corrected p-values) or
     ``claim`` (verdict and the numbers behind it). Columns: :data:`SUMMARY_COLUMNS`.
+    ``maps`` (the gene maps' recall, recall differences and guide consistency tables) adds
+    their per-variant rows and the recall comparisons (:func:`map_rows`).
     """
     values = gene_values(per_gene)
     genes = values.groupby(["variant", "gene", "metric"])["value"].mean().reset_index()
@@ -46,7 +49,7 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
     n_features = per_gene.groupby("variant")["n_features"].first().to_dict() if "n_features" in per_gene else {}
     comps = compare_variants(values, n_features, n_boot, seed).assign(table="comparison")
     claims = claims_table(comps, batch).rename(columns={"claim": "row"}).assign(table="claim", metric="claim")
-    out = pd.concat([genes, means, counts, comps, claims], ignore_index=True)
+    out = pd.concat([genes, means, counts, comps, claims, *([map_rows(*maps)] if maps else [])], ignore_index=True)
     out = out.reindex(columns=SUMMARY_COLUMNS)
     for c in ("value", "ci_low", "ci_high", "seed_sd", "p_value", "p_holm"):
         out[c] = out[c].astype(float)
@@ -83,3 +86,37 @@ def _counts(per_gene: pd.DataFrame) -> pd.DataFrame:
             counts["n_features"] = t["n_features"].iloc[0]
         rows += [{"variant": variant, "metric": k, "value": float(v)} for k, v in counts.items()]
     return pd.DataFrame(rows)
+
+
+def map_rows(recall: pd.DataFrame, differences: pd.DataFrame, consistency: pd.DataFrame) -> pd.DataFrame:
+    """Gene-map rows of the summary: recall of known pairs (all sources pooled) and its null per
+    variant, the share of genes whose guides agree (Wilson 95% interval), and the recall
+    differences between variants (paired gene bootstrap; a difference is higher or lower when
+    its interval excludes 0)."""
+    pooled = recall[recall["source"] == "all"]
+    rows = [pooled.assign(metric="recall", value=pooled["recall"], n=pooled["n_pairs"]),
+            pooled.assign(metric="recall_null", value=pooled["null_recall"], ci_low=np.nan, ci_high=np.nan,
+                          n=pooled["n_pairs"])]
+    for variant, t in consistency.groupby("variant"):
+        scored = t["consistent"].dropna().astype(bool)
+        lo, hi = wilson(int(scored.sum()), len(scored))
+        rows.append(pd.DataFrame([{"variant": variant, "metric": "guide_consistent_fraction", "n": len(scored),
+                                   "value": scored.mean() if len(scored) else np.nan, "ci_low": lo, "ci_high": hi}]))
+    per_variant = pd.concat(rows, ignore_index=True).assign(table="per_variant", row="mean")
+    diff = differences[differences["source"] == "all"]
+    comps = diff.assign(table="comparison", metric="recall", row=diff["variant"] + " - " + diff["baseline"],
+                        value=diff["difference"], n=diff["n_pairs"],
+                        verdict=np.where(diff["ci_low"] > 0, "higher", np.where(diff["ci_high"] < 0, "lower",
+                                                                                "inconclusive")))
+    return pd.concat([per_variant, comps], ignore_index=True)[["table", "row", "variant", "metric", "value",
+                                                                "ci_low", "ci_high", "n", *(["verdict"])]]
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score 95% interval of a proportion k / n (NaN for n = 0)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(centre - half), float(centre + half)

@@ -56,6 +56,7 @@ class ReportInputs:
     config_hash: str = ""
     alignment: Path | None = None
     entity: str = "gene"
+    maps: dict[str, Path] = field(default_factory=dict)
 
 
 def _env():

@@ -95,7 +95,8 @@ class ReportBuilder:
                                  else "n/a" for v in variants]}
                       for m, label in COUNT_METRICS.items() if m in counts.index]
         rows = gene_rows(self.per_gene, self.genes, self.variants, self.links)
-        charts = [self._ci_chart(metric, means, variants) for metric in ("auroc_heldout", "sparsity", "concentration")
+        charts = [self._ci_chart(metric, means, variants) for metric in ("auroc_heldout", "sparsity", "concentration",
+                                                                         "recall")
                   if metric in means.index.get_level_values(0)]
         return {"variants": variants, "gene_variants": self.variants, "metric_rows": metric_rows,
                 "count_rows": count_rows, "gene_rows": rows[:self.page_size], "charts": charts, "entity": entity,
@@ -106,7 +107,8 @@ class ReportBuilder:
                 "diagnostics": transform_diagnostics(self.inp.features) if self.inp.features else [],
                 "times": stage_times(self.inp.benchmarks).to_dict("records"),
                 "config_text": Path(self.inp.config).read_text() if self.inp.config and Path(self.inp.config).is_file() else "",
-                "prov": self.provenance, "n_genes": len(self.genes), "alignment": self._alignment()}
+                "prov": self.provenance, "n_genes": len(self.genes), "alignment": self._alignment(),
+                "gene_maps": self._gene_maps()}
 
     @staticmethod
     def _metric_row(metric, label, higher, means, variants, n_features, ref) -> dict[str, Any]:
@@ -136,14 +138,27 @@ class ReportBuilder:
         vals = [float(means.loc[(metric, v), "value"]) for v in vs]
         finite = [x for x in vals if x == x] or [1.0]
         lo = 0.4 if metric == "auroc_heldout" else min(0.0, min(finite))
-        return bar_chart(vs, vals, VARIANT_METRICS[metric][0].split(" (")[0] + " (mean over genes)", vmin=lo,
-                         vmax=max(1.0 if metric != "concentration" else 0.5, max(finite)))
+        title = VARIANT_METRICS[metric][0].split(" (")[0] + " (mean over genes)"
+        if metric == "recall":  # known pairs of the gene maps, with what chance alone recalls
+            null = [float(means.loc[("recall_null", v), "value"]) for v in vs if ("recall_null", v) in means.index]
+            title = "Gene map: recall of known pairs" + (f" (null {null[0]:.2f})" if null else "")
+        return bar_chart(vs, vals, title, vmin=lo, vmax=max(1.0 if metric != "concentration" else 0.5, max(finite)))
 
     def _comparisons(self) -> list[dict[str, Any]]:
         c = self.summary[self.summary["table"] == "comparison"]
         return [{"metric": r.metric, "pair": r.row, "n": int(r.n), "diff": _with_ci(r.value, r.ci_low, r.ci_high),
                  "p": _fmt(r.p_value), "p_holm": _fmt(r.p_holm), "seed_sd": _fmt(r.seed_sd), "verdict": r.verdict,
                  "detail": r.detail} for r in c.itertuples()]
+
+    def _gene_maps(self) -> dict[str, Any]:
+        """UMAPs of the variants' gene maps and the plate-layout heatmaps (from the base features)."""
+        from cellica.report.maps import map_umaps, plate_heatmaps
+        from cellica.transform.registry import variant_order
+
+        maps = {v: self.inp.maps[v] for v in variant_order(self.inp.maps)}
+        base = self.inp.features.get("base") or next(iter(self.inp.features.values()), None)
+        return {"umaps": map_umaps(maps, self.inp.store) if maps else [],
+                "layout": plate_heatmaps(base) if base else None}
 
     def _alignment(self) -> dict[str, Any] | None:
         """The stability table (two MAE seeds aligned per class of map), when it was computed."""

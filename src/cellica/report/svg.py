@@ -122,3 +122,30 @@ def scatter(points: list[tuple[float, float, str]], title: str, xlabel: str, yla
     parts.append(f'<text x="{m - 4}" y="{m + 10}" font-size="9" text-anchor="end" fill="#555" '
                  f'transform="rotate(-90 {m - 4} {m + 10})">{escape(ylabel)}</text>')
     return _frame(size, size + 12 * len(shown) + 4, "".join(parts), title)
+
+
+def heatmap(grid, rows: list[str], cols: list[str], title: str, cell: int = 11) -> str:
+    """A plate-shaped grid of values (NaN cells blank), white to dark blue, with the range in the title."""
+    import numpy as np
+
+    grid = np.asarray(grid, float)
+    finite = grid[np.isfinite(grid)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    span = max(hi - lo, 1e-12)
+    left, top = 18, 26
+    parts = [f'<text x="2" y="10" font-size="10">{escape(title)} ({number(lo)} - {number(hi)})</text>']
+    for j, c in enumerate(cols):
+        if j % 4 == 0 or len(cols) <= 12:
+            parts.append(f'<text x="{left + j * cell + cell / 2:.1f}" y="{top - 3}" font-size="7" '
+                         f'text-anchor="middle">{escape(c)}</text>')
+    for i, r in enumerate(rows):
+        parts.append(f'<text x="{left - 3}" y="{top + i * cell + cell * 0.75:.1f}" font-size="7" '
+                     f'text-anchor="end">{escape(r)}</text>')
+        for j in range(len(cols)):
+            v = grid[i, j]
+            if v == v:
+                shade = int(235 - 200 * (v - lo) / span)
+                parts.append(f'<rect x="{left + j * cell}" y="{top + i * cell}" width="{cell - 1}" height="{cell - 1}" '
+                             f'fill="rgb({shade},{shade + 10 if shade < 245 else 255},255)"><title>{escape(r)}{escape(c)}: '
+                             f'{number(v)}</title></rect>')
+    return _frame(left + len(cols) * cell + 4, top + len(rows) * cell + 4, "".join(parts), title)

@@ -42,6 +42,11 @@ class SimulationParams(Params):
                                       le=N_FACTORS)
     guide_efficiency: tuple[float, float] = param((0.6, 1.0), "Range of per-guide efficiencies (multiplies the "
                                                   "gene's shift).", length=2)
+    complexes: str | None = param(None, "Name genes after members of real CORUM complexes (from the "
+                                  "efaar-benchmarking wheel): shared gives the members of a complex one factor "
+                                  "effect, so the gene map has known relationships to recover; independent draws "
+                                  "each gene's effect alone (the negative control: recall at the null); null keeps "
+                                  "the names GENE001...", choices=("shared", "independent"))
     cell_jitter: float = param(0.25, "Cell-to-cell spread of the factors around the tile's values.", ge=0)
     batch_strength: float = param(1.0, "Scales every technical effect (gains, offsets, gradient, blur, noise); "
                                   "0 removes batch effects.", ge=0)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.store.params import CHANNELS, SimulationParams
 from cellica.store.render import FACTOR_NAMES, FACTORS, Renderer, apply_batch
@@ -59,8 +60,42 @@ def sample_factors(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.stack(cols, axis=1)
 
 
-def make_effects(p: SimulationParams, rng: np.random.Generator, genes: list[str]) -> pd.DataFrame:
-    """Gene x factor effect matrix: sparse, signed, in factor standard deviations."""
+def complex_genes(n_genes: int, seed: int) -> pd.DataFrame:
+    """``n_genes`` genes from disjoint CORUM complexes of 3-6 members (seeded choice): columns
+    ``gene`` and ``complex``. The last complex is cut short to fit, and a single gene left over
+    comes from one more complex on its own."""
+    from cellica.core.relationships import complexes
+
+    table = complexes()
+    rng = np.random.default_rng([seed, 18])  # its own stream: the screen's draws stay as they were
+    taken: list[tuple[str, str]] = []
+    used: set[str] = set()
+    for k in rng.permutation(len(table)):
+        name, members = table.iloc[k]["complex"], sorted(set(table.iloc[k]["members"]))
+        left = n_genes - len(taken)
+        if left == 0:
+            break
+        if len(members) < 3 or len(members) > 6 or used & set(members) or any("," in m for m in members):
+            continue
+        members = members[:left] if left >= 2 or len(members) <= left else members[:1]
+        taken += [(m, name) for m in members]
+        used |= set(members)
+    if len(taken) < n_genes:
+        raise CellicaError(f"simulate.complexes: CORUM has too few disjoint complexes for {n_genes} genes")
+    return pd.DataFrame(taken, columns=["gene", "complex"])
+
+
+def make_effects(p: SimulationParams, rng: np.random.Generator, genes: list[str],
+                 groups: np.ndarray | None = None) -> pd.DataFrame:
+    """Gene x factor effect matrix: sparse, signed, in factor standard deviations.
+
+    With ``groups`` (a group number per gene), the effects are drawn per group and every gene
+    of a group shares its group's effect (the members of one complex)."""
+    if groups is not None:
+        table = make_effects(p, rng, [f"group{g}" for g in range(int(groups.max()) + 1)])
+        table = table.iloc[groups].reset_index(drop=True)
+        table["gene"] = genes
+        return table
     n = len(genes)
     kinds = np.array(["strong"] * n, dtype=object)
     order = rng.permutation(n)
@@ -191,8 +226,10 @@ def simulate_screen(
     p = params or SimulationParams()
     start = time.perf_counter()
     rng = np.random.default_rng(p.seed)
-    genes = [f"GENE{g + 1:03d}" for g in range(p.n_genes)]
-    effects = make_effects(p, rng, genes)
+    named = complex_genes(p.n_genes, p.seed) if p.complexes else None
+    genes = [f"GENE{g + 1:03d}" for g in range(p.n_genes)] if named is None else named["gene"].tolist()
+    groups = pd.factorize(named["complex"])[0] if p.complexes == "shared" else None
+    effects = make_effects(p, rng, genes, groups)
     guides = pd.DataFrame(
         [
             {"guide": f"{gene}_g{k + 1}", "gene": gene, "efficiency": rng.uniform(*p.guide_efficiency)}
@@ -220,6 +257,8 @@ def simulate_screen(
         bar.close()
         writer.add_table("latents", pd.DataFrame(latents_rows, columns=["tile_id", *FACTOR_NAMES]))
         writer.add_table("effects", effects)
+        if named is not None:
+            writer.add_table("complexes", named)
         writer.add_table("guides", guides)
         writer.add_table("batches", batches)
         writer.add_table(

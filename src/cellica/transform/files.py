@@ -28,12 +28,20 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
     if apply:
         model = Transform.load(apply)
         log.info("applying the saved %s transform %s to %s", model.variant, apply, input)
+        if model.params.position_correction:  # new data: its own controls give the position offsets
+            from cellica.transform.layout import correct_positions, read_positions
+
+            table = read_positions(model.params.position_table) if model.params.position_table else None
+            adata = correct_positions(adata, adata.obs["is_control"].to_numpy(bool), table)
         result = model.transform(adata)
         write_h5ad(result, out)
         return result
     if not variant:
         raise CellicaError("transform: give a variant (to fit) or a saved transform to apply")
-    model = make_transform(variant, params or TransformParams())
+    params = params or TransformParams()
+    if params.position_correction:
+        adata = _position_corrected(adata, params)
+    model = make_transform(variant, params)
     result = model.fit_transform(adata)
     if not model_out:
         write_h5ad(result, out)
@@ -42,3 +50,12 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
         result.write_h5ad(tmp_out)
         model.write(tmp_model)
     return result
+
+
+def _position_corrected(adata, p: TransformParams):
+    """The well-position correction on the controls that fit the transform (the same seeded split)."""
+    from cellica.transform.base import fit_control_mask
+    from cellica.transform.layout import correct_positions, read_positions
+
+    fit = fit_control_mask(adata.obs, p.fit_fraction, p.seed, p.batch_key)
+    return correct_positions(adata, fit, read_positions(p.position_table) if p.position_table else None)

@@ -44,6 +44,12 @@ class TransformParams(Params):
                                     "(one mean and sd, no per-batch statistics; the profiling recipes' DMSO "
                                     "standardisation), before any other step of every variant, base included. "
                                     "null: no standardisation.", choices=("controls",))
+    position_correction: bool = param(False, "Well-position correction before every variant (base included): "
+                                      "subtract each well position's offset, the mean over the fitting controls "
+                                      "at that position on every plate of their profile minus their plate's "
+                                      "control mean. Logged with the same-position control mAP before and after.")
+    position_table: str | None = param(None, "CSV/TSV of well -> position (columns well, position, optionally "
+                                       "plate) when well names are not positions; every well must be listed.")
     n_components: float | None = param(None, "Components kept: a count (>= 1), a fraction of variance (< 1), or "
                                        "null for all with non-zero variance. Must not exceed the fit rows - 1.",
                                        gt=0)

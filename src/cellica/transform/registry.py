@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Every variant splits the controls into fitting and held-back ones, and may standardise.
-_SPLIT = ("fit_fraction", "seed", "batch_key", "standardize")
+# Every variant splits the controls into fitting and held-back ones, and may standardise and
+# correct well positions first (cellica.transform.files).
+_SPLIT = ("fit_fraction", "seed", "batch_key", "standardize", "position_correction", "position_table")
 _PCA = _SPLIT + ("fit_on", "n_components", "eig_floor", "batch_correction", "batch_stage", "drop_constant")
 _ICA = ("ica_backend", "ica_fit_on", "ica_max_samples", "ica_max_iter", "ica_tol", "ica_device")
 

@@ -1,0 +1,129 @@
+"""Tiles -> wells -> guides -> genes: one profile per gene, per variant.
+
+Wells are the unit of normalisation: each plate's control wells give the mean (and
+standard deviation) that ``normalize`` removes, so plate offsets do not reach the map. The
+controls then leave: a map holds perturbed genes only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from cellica.core.adata import WELL_KEYS, aggregate_wells
+from cellica.core.errors import CellicaError
+from cellica.core.logs import get_logger
+from cellica.maps.params import MapParams
+
+log = get_logger("maps")
+
+# Below this, a control standard deviation is treated as zero (a constant feature on a plate).
+STD_FLOOR = 1e-6
+
+
+def group_profiles(x: np.ndarray, obs: pd.DataFrame, keys: list[str], how: str) -> tuple[np.ndarray, pd.DataFrame]:
+    """Combine the rows of ``x`` that share ``keys`` (mean or median, in float64).
+
+    Returns the combined matrix and one ``obs`` row per group: the keys, the columns constant
+    within every group, and ``n_rows`` (rows combined).
+    """
+    codes, uniques = pd.MultiIndex.from_frame(obs[keys].astype(str)).factorize()
+    frame = pd.DataFrame(np.asarray(x, np.float64))
+    grouped = frame.groupby(codes, sort=False)
+    out = (grouped.mean() if how == "mean" else grouped.median()).sort_index().to_numpy()
+    counts = np.bincount(codes, minlength=len(uniques))
+    constant = [c for c in obs.columns if c not in keys
+                and (obs.groupby(codes, observed=True)[c].nunique(dropna=False) <= 1).all()]
+    group_obs = obs[keys + constant].groupby(codes, observed=True).first().sort_index()
+    group_obs["n_rows"] = counts
+    return out, group_obs.reset_index(drop=True)
+
+
+def normalize_plates(x: np.ndarray, obs: pd.DataFrame, how: str | None) -> np.ndarray:
+    """Well profiles minus their plate's control-well mean (``center``), also divided by the
+    control-well standard deviation (``center_scale``); a plate without control wells, or with
+    one only under ``center_scale``, is an error naming it."""
+    if how is None:
+        return x
+    x = x.copy()
+    ctrl = obs["is_control"].to_numpy(bool)
+    for plate, rows in obs.groupby("plate", sort=False).indices.items():
+        ref = x[rows[ctrl[rows]]]
+        need = 2 if how == "center_scale" else 1
+        if len(ref) < need:
+            raise CellicaError(f"maps.normalize={how}: plate {plate!r} has {len(ref)} control well(s), needs {need}")
+        mean = ref.mean(axis=0)
+        x[rows] -= mean
+        if how == "center_scale":
+            sd = ref.std(axis=0, ddof=1)
+            x[rows] /= np.where(sd > STD_FLOOR, sd, 1.0)
+    return x
+
+
+def guide_profiles(adata, p: MapParams | None = None):
+    """One profile per guide (or per well without a guide column), controls removed.
+
+    Parameters
+    ----------
+    adata
+        A features file's AnnData (tiles or wells) with the contract's metadata.
+    p
+        Aggregation and normalisation settings.
+
+    Returns
+    -------
+    AnnData
+        Guides x features; ``obs``: ``perturbation``, ``guide``, ``n_wells``, ``n_tiles``.
+    """
+    p = p or MapParams()
+    if p.aggregate == "mean":  # block by block, without a float64 copy of the whole matrix
+        means = aggregate_wells(adata)
+        x, wells = np.asarray(means.X, np.float64), means.obs.reset_index(drop=True).rename(columns={"n_tiles": "n_rows"})
+    else:
+        obs = adata.obs.reset_index(drop=True)
+        x, wells = group_profiles(adata.X, obs, [*WELL_KEYS, "perturbation"], p.aggregate)
+    x = normalize_plates(x, wells, p.normalize)
+    keep = ~wells["is_control"].to_numpy(bool)
+    x, wells = x[keep], wells[keep].reset_index(drop=True)
+    if not len(wells):
+        raise CellicaError("gene map: no perturbed (non-control) wells")
+    wells["n_tiles"] = wells["n_rows"]
+    if p.guide_key in wells.columns:
+        guide = wells[p.guide_key].astype(str)
+    else:
+        log.info("gene map: no %r column: each well is a replicate of its gene", p.guide_key)
+        guide = wells["batch"] + "/" + wells["plate"] + "/" + wells["well"]
+    wells = wells.assign(guide=guide.to_numpy())
+    gx, guides = group_profiles(x, wells[["perturbation", "guide", "n_tiles"]], ["perturbation", "guide"], p.aggregate)
+    tiles = wells.groupby(["perturbation", "guide"], sort=False)["n_tiles"].sum().to_numpy()
+    guides = guides[["perturbation", "guide"]].assign(n_wells=guides["n_rows"], n_tiles=tiles)
+    return _map_adata(gx, guides, adata, "guide", p)
+
+
+def gene_profiles(guides, p: MapParams | None = None, drop: list[str] | None = None):
+    """One profile per gene from its guides' profiles (leaving out the genes in ``drop``)."""
+    p = p or MapParams()
+    obs = guides.obs.reset_index(drop=True)
+    keep = ~obs["perturbation"].isin(drop or []).to_numpy()
+    obs = obs[keep].reset_index(drop=True)
+    x, genes = group_profiles(np.asarray(guides.X)[keep], obs[["perturbation"]], ["perturbation"], p.aggregate)
+    sums = obs.groupby("perturbation", sort=False)[["n_wells", "n_tiles"]].sum().to_numpy()
+    genes = genes.assign(n_guides=genes["n_rows"], n_wells=sums[:, 0], n_tiles=sums[:, 1])
+    return _map_adata(x, genes[["perturbation", "n_guides", "n_wells", "n_tiles"]], guides, "gene", p)
+
+
+def _map_adata(x: np.ndarray, obs: pd.DataFrame, source, level: str, p: MapParams):
+    """A map AnnData: obs indexed by the profile's name; provenance says how it was made."""
+    import anndata as ad
+
+    obs = obs.copy()
+    obs.index = pd.Index((obs["guide"] if level == "guide" else obs["perturbation"]).to_numpy(), dtype=str)
+    uns = {"provenance": {**dict(source.uns.get("provenance", {})),
+                          "map": {"level": level, "aggregate": p.aggregate, "normalize": p.normalize}}}
+    for key in ("transform",):
+        if key in source.uns:
+            uns[key] = source.uns[key]
+    var = pd.DataFrame(index=pd.Index(source.var_names, dtype=str))
+    return ad.AnnData(X=np.asarray(x, np.float32), obs=obs, var=var, uns=uns)
+
+

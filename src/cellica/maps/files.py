@@ -1,0 +1,113 @@
+"""The gene-map stage on files: what ``cellica gene-map`` and ``cellica recall`` do (features
+.h5ad in; maps .h5ad and parquet tables out, everything computed before anything is written)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import pandas as pd
+
+from cellica.core.adata import read_h5ad, stored_variant, write_h5ad
+from cellica.core.atomic import write_parquet, write_parquets
+from cellica.core.errors import CellicaError
+from cellica.core.logs import get_logger
+from cellica.maps.params import MapParams
+
+log = get_logger("maps")
+PathLike = str | os.PathLike
+
+
+def gene_map(adata, p: MapParams | None = None):
+    """A variant's gene-level map and its guides' consistency table.
+
+    Parameters
+    ----------
+    adata
+        Features (tiles or wells) with the contract's metadata.
+    p
+        Aggregation, normalisation and consistency settings.
+
+    Returns
+    -------
+    genes : AnnData
+        One profile per gene; ``obs`` adds the consistency columns.
+    consistency : pandas.DataFrame
+        :data:`cellica.maps.consistency.COLUMNS`, one row per gene.
+    """
+    from cellica.maps.aggregate import gene_profiles, guide_profiles
+    from cellica.maps.consistency import guide_consistency
+
+    p = p or MapParams()
+    p.validate()
+    guides = guide_profiles(adata, p)
+    table = guide_consistency(guides, p)
+    drop = table.loc[table["consistent"] == False, "perturbation"].tolist() if p.drop_inconsistent else []  # noqa: E712
+    if drop:
+        log.info("maps.drop_inconsistent: %d gene(s) left out of the map: %s", len(drop), ", ".join(drop[:20]))
+    genes = gene_profiles(guides, p, drop)
+    if p.arm_table:
+        from cellica.maps.arms import arm_correction, read_gene_table
+
+        reference = set(read_gene_table(p.unexpressed_genes, ("gene",))["gene"])
+        genes = arm_correction(genes, read_gene_table(p.arm_table, ("gene", "arm")), reference)
+    else:
+        log.info("chromosome-arm correction skipped: set maps.arm_table and maps.unexpressed_genes to apply it")
+    extra = table.set_index("perturbation").drop(columns="n_guides")
+    genes.obs = genes.obs.join(extra, on="perturbation")
+    return genes, table
+
+
+def gene_map_files(features: PathLike, out: PathLike, consistency_out: PathLike,
+                   params: MapParams | None = None) -> pd.DataFrame:
+    """:func:`gene_map` of one features file; writes the map (``.h5ad``) and the consistency table."""
+    genes, table = gene_map(read_h5ad(features), params)
+    variant = stored_variant(features, "features")
+    genes.uns.setdefault("transform", {})["variant"] = variant
+    table.insert(0, "variant", variant)
+    write_parquet(table, consistency_out)
+    write_h5ad(genes, out)
+    log.info("%s: gene map of %d genes x %d features -> %s", variant, genes.n_obs, genes.n_vars, out)
+    return table
+
+
+def read_map(path: PathLike):
+    """A gene map written by :func:`gene_map_files` (genes as ``obs_names``)."""
+    import anndata as ad
+
+    try:
+        return ad.read_h5ad(path)
+    except (OSError, KeyError, ValueError) as exc:
+        raise CellicaError(f"{path}: cannot read the gene map ({exc})") from None
+
+
+def known_pairs(p: MapParams) -> pd.DataFrame:
+    """The pair list the recall scores: the user's file, or the shipped sources."""
+    from cellica.maps.annotations import load_pair_file, load_sources
+
+    return load_pair_file(p.annotation_file) if p.annotation_file else load_sources(list(p.annotations))
+
+
+def recall_files(maps: Sequence[PathLike], out: PathLike, differences_out: PathLike,
+                 params: MapParams | None = None) -> pd.DataFrame:
+    """Recall of known relationships by every variant's map (and paired differences between
+    variants); the recall table also counts each source's gene symbols that are not in the map."""
+    from cellica.evaluate.compare import PAIRS
+    from cellica.maps.annotations import match_genes
+    from cellica.maps.recall import check_gene_names, recall_tables
+
+    p = params or MapParams()
+    p.validate()
+    loaded = {stored_variant(path, str(path)): read_map(path) for path in maps}
+    pairs = known_pairs(p)
+    genes = check_gene_names(next(iter(loaded.values())).obs_names, f"map {maps[0]}")
+    kept, coverage = match_genes(pairs, genes)
+    sources = sorted(set(pairs["source"]))
+    recall, differences = recall_tables(loaded, kept, p, PAIRS, sources)
+    cover = pd.DataFrame.from_dict(coverage, orient="index").rename_axis("source").reset_index()
+    recall = recall.merge(cover[["source", "pairs", "symbols", "symbols_unknown"]], on="source", how="left")
+    for row in recall[recall["source"] == "all"].itertuples():
+        log.info("%s: recall of %d known pairs %.3f (95%% CI %.3f-%.3f; null %.3f)", row.variant, row.n_pairs,
+                 row.recall, row.ci_low, row.ci_high, row.null_recall)
+    write_parquets([recall, differences], [out, differences_out])
+    return recall

@@ -1,0 +1,237 @@
+"""Gene maps: aggregation, guide consistency, known-relationship recall and their bad inputs."""
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+
+from cellica.core.errors import CellicaError
+from cellica.core.relationships import LICENCES
+from cellica.maps.aggregate import guide_profiles, normalize_plates
+from cellica.maps.annotations import load_pair_file, load_sources, match_genes, unordered_pairs
+from cellica.maps.consistency import bh_fdr, mean_pairwise_corr
+from cellica.maps.files import gene_map, recall_files
+from cellica.maps.params import MapParams
+from cellica.maps.recall import random_pairs, recall_tables
+
+FAST = MapParams(consistency_permutations=100, null_pairs=1000, n_boot=200)
+
+
+def gene_matrix(x, names):
+    m = ad.AnnData(np.asarray(x, np.float32))
+    m.obs_names = list(names)
+    return m
+
+
+def screen(n_genes=20, d=12, shared=True, seed=0, tiles=2):
+    """Tiles of 2 batches x 2 plates (each with its own offset); genes in groups of 3 share an
+    effect when ``shared``; 2 guides per gene, one well each per plate."""
+    rng = np.random.default_rng(seed)
+    groups = np.arange(n_genes) // 3
+    effects = rng.normal(0, 2, (groups.max() + 1, d))[groups] if shared else rng.normal(0, 2, (n_genes, d))
+    rows, xs = [], []
+    for plate in ["B0P0", "B0P1", "B1P0", "B1P1"]:
+        offset = rng.normal(0, 3, d)
+        wells = [("non-targeting", "nt", True, np.zeros(d))] * 6
+        wells += [(f"GENE{g}", f"GENE{g}_g{k}", False, effects[g]) for g in range(n_genes) for k in range(2)]
+        for w, (pert, guide, ctrl, effect) in enumerate(wells):
+            for _ in range(tiles):
+                rows.append({"batch": plate[:2], "plate": plate, "well": f"W{w:03d}", "perturbation": pert,
+                             "guide": guide, "is_control": ctrl})
+                xs.append(offset + effect + rng.normal(0, 1, d))
+    obs = pd.DataFrame(rows)
+    obs.index = [f"t{i}" for i in range(len(obs))]
+    obs["tile_id"] = obs.index
+    return ad.AnnData(np.asarray(xs, np.float32), obs=obs), groups
+
+
+def group_pairs(groups, source="toy"):
+    names = np.array([f"GENE{g}" for g in range(len(groups))])
+    a, b = np.triu_indices(len(groups), 1)
+    same = groups[a] == groups[b]
+    return unordered_pairs(pd.Series(names[a[same]]), pd.Series(names[b[same]]), source)
+
+
+# ------------------------------------------------------------------ hand-checkable pieces
+def test_mean_pairwise_corr_and_bh_fdr_by_hand():
+    x = np.array([[1.0, 2, 3], [2, 4, 6], [3, 2, 1]])
+    assert mean_pairwise_corr(x) == pytest.approx((1 - 1 - 1) / 3)
+    assert np.isnan(mean_pairwise_corr(x[:1]))
+    # p = .01, .04, .03, NaN: ranked .01*3/1, .03*3/2, .04*3/3 -> .03, .045, .04 -> monotone .03, .04, .04
+    np.testing.assert_allclose(bh_fdr(np.array([0.01, 0.04, 0.03, np.nan])), [0.03, 0.04, 0.04, np.nan])
+
+
+def test_random_pairs_are_distinct_ordered_and_all_pairs_when_few():
+    i, j = random_pairs(5, 100, np.random.default_rng(0))
+    assert sorted(zip(i, j, strict=False)) == [(a, b) for a in range(5) for b in range(a + 1, 5)]
+    i, j = random_pairs(300, 2000, np.random.default_rng(1))
+    assert len(set(zip(i.tolist(), j.tolist(), strict=False))) == 2000 and (i < j).all() and (j < 300).all()
+
+
+def test_recall_matches_the_definition_on_a_tiny_map():
+    """Known pairs in either 5% tail of all gene pairs' cosines count; 12 genes: all 66 pairs are the null."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(12, 5))
+    x[1] = x[0] * 2  # cosine 1: in the top tail
+    x[3] = -x[2]  # cosine -1: in the bottom tail
+    names = [f"G{k:02d}" for k in range(12)]
+    pairs = pd.DataFrame({"source": "S", "gene_a": ["G00", "G02", "G04", "G06"], "gene_b": ["G01", "G03", "G05", "G07"]})
+    recall, _ = recall_tables({"v": gene_matrix(x, names)}, pairs, FAST)
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    cos = unit @ unit.T
+    null = cos[np.triu_indices(12, 1)]
+    lo, hi = np.percentile(null, [5, 95])
+    expect = np.mean([(c <= lo) | (c >= hi) for c in (cos[0, 1], cos[2, 3], cos[4, 5], cos[6, 7])])
+    row = recall.set_index("source").loc["S"]
+    assert row["recall"] == pytest.approx(expect) and expect >= 0.5
+    assert row["null_recall"] == pytest.approx(np.mean((null <= lo) | (null >= hi)))
+    assert row["ci_low"] <= row["recall"] <= row["ci_high"] and row["n_genes"] == 12
+
+
+def test_paired_differences_of_a_map_with_itself_are_exactly_zero():
+    rng = np.random.default_rng(0)
+    m = gene_matrix(rng.normal(size=(15, 4)), [f"G{k}" for k in range(15)])
+    pairs = pd.DataFrame({"source": "S", "gene_a": ["G0", "G1", "G2"], "gene_b": ["G3", "G4", "G5"]})
+    _, diff = recall_tables({"a": m, "b": m}, pairs, FAST, [("a", "b"), ("a", "missing")])
+    assert list(diff["source"]) == ["S", "all"]
+    assert (diff[["difference", "ci_low", "ci_high"]].to_numpy() == 0).all()
+
+
+# ------------------------------------------------------------------ the map and its recall
+def test_gene_map_of_a_screen_and_recall_above_the_null_only_with_shared_effects():
+    data, groups = screen(n_genes=48, shared=True)
+    genes, table = gene_map(data, FAST)
+    assert genes.n_obs == 48 and "non-targeting" not in genes.obs_names
+    assert (genes.obs["n_guides"] == 2).all() and (genes.obs["n_wells"] == 8).all()
+    assert table["guide_corr"].min() > 0.8  # guides of one gene share its effect
+    pairs = group_pairs(groups)
+    shared, _ = recall_tables({"shared": genes}, pairs, FAST)
+    noise, _ = recall_tables({"independent": gene_map(screen(48, shared=False)[0], FAST)[0]}, pairs, FAST)
+    s, n = shared.iloc[-1], noise.iloc[-1]
+    assert s["ci_low"] > s["null_recall"]  # well above the null
+    assert n["ci_low"] <= n["null_recall"] <= n["ci_high"]  # at the null without shared effects
+
+
+def test_plate_centring_removes_plate_offsets_and_names_a_plate_without_controls():
+    obs = pd.DataFrame({"plate": ["P1", "P1", "P2", "P2"], "is_control": [True, False, True, False]})
+    x = np.array([[10.0, 1], [12, 3], [-5, 0], [-4, 2]])
+    np.testing.assert_allclose(normalize_plates(x, obs, "center"), [[0, 0], [2, 2], [0, 0], [1, 2]])
+    obs.loc[2, "is_control"] = False
+    with pytest.raises(CellicaError, match="plate 'P2' has 0 control well"):
+        normalize_plates(x, obs, "center")
+    with pytest.raises(CellicaError, match="plate 'P1' has 1 control well"):
+        normalize_plates(x, obs.assign(is_control=[True, False, True, False]), "center_scale")
+
+
+def test_median_and_mean_maps_agree_on_guide_counts():
+    data, _ = screen(n_genes=8)
+    med = guide_profiles(data, MapParams(aggregate="median"))
+    mean = guide_profiles(data, MapParams(aggregate="mean"))
+    assert list(med.obs_names) == list(mean.obs_names) and (med.obs["n_tiles"] == 8).all()
+
+
+# ------------------------------------------------------------------ bad inputs
+def test_a_map_with_fewer_genes_than_the_floor_is_refused():
+    m = gene_matrix(np.eye(9), [f"G{k}" for k in range(9)])
+    with pytest.raises(CellicaError, match="the map has 9 genes; recall needs at least 10"):
+        recall_tables({"v": m}, pd.DataFrame(columns=["source", "gene_a", "gene_b"]), FAST)
+
+
+def test_gene_names_differing_only_by_case_are_refused():
+    m = gene_matrix(np.random.default_rng(0).normal(size=(12, 3)), ["TP53", "tp53"] + [f"G{k}" for k in range(10)])
+    with pytest.raises(CellicaError, match="'TP53' and 'tp53' differ only by case"):
+        recall_tables({"v": m}, pd.DataFrame(columns=["source", "gene_a", "gene_b"]), FAST)
+
+
+def test_unknown_symbols_of_a_pair_file_are_counted_and_reported(tmp_path):
+    data, groups = screen()
+    genes, _ = gene_map(data, FAST)
+    genes.write_h5ad(tmp_path / "v.h5ad")
+    listed = group_pairs(groups).rename(columns={"gene_a": "entity1", "gene_b": "entity2"})
+    extra = pd.DataFrame({"source": "toy", "entity1": ["GENE0", "NOTAGENE"], "entity2": ["ALSONOT", "GENE1"]})
+    pd.concat([listed, extra])[["entity1", "entity2", "source"]].to_csv(tmp_path / "pairs.csv", index=False)
+    p = MapParams(annotation_file=str(tmp_path / "pairs.csv"), consistency_permutations=100, null_pairs=1000,
+                  n_boot=100)
+    recall = recall_files([tmp_path / "v.h5ad"], tmp_path / "r.parquet", tmp_path / "d.parquet", p)
+    row = recall.set_index("source").loc["toy"]
+    assert row["symbols_unknown"] == 2 and row["pairs"] == len(listed) + 2 and row["n_pairs"] == len(listed)
+    assert pd.read_parquet(tmp_path / "r.parquet").equals(recall)
+
+
+def test_a_pair_file_without_its_columns_names_them(tmp_path):
+    (tmp_path / "bad.csv").write_text("gene1,gene2\nA,B\n")
+    with pytest.raises(CellicaError, match=r"bad.csv: pair list lacks column\(s\) entity1, entity2"):
+        load_pair_file(tmp_path / "bad.csv")
+
+
+# ------------------------------------------------------------------ the shipped sources
+def test_shipped_sources_load_as_unordered_distinct_pairs():
+    pairs = load_sources(["CORUM", "Reactome"])
+    assert set(pairs["source"]) == {"CORUM", "Reactome"} and set(LICENCES) >= set(pairs["source"])
+    assert (pairs["gene_a"] < pairs["gene_b"]).all() and not pairs.duplicated().any()
+    kept, coverage = match_genes(pairs, ["POLR2A", "POLR2B", "GENE0"])
+    assert ("POLR2A", "POLR2B") in set(zip(kept["gene_a"], kept["gene_b"], strict=False))
+    assert coverage["CORUM"]["symbols_unknown"] == coverage["CORUM"]["symbols"] - 2
+
+
+# ------------------------------------------------------------------ chromosome-arm correction
+def test_arm_correction_subtracts_the_unexpressed_genes_mean_per_arm_by_hand():
+    from cellica.maps.arms import arm_correction
+
+    m = gene_matrix([[1.0, 0], [3, 2], [5, 4], [10, 10], [7, 7]], ["A", "B", "U", "C", "D"])
+    arms = pd.DataFrame({"gene": ["A", "B", "U", "C"], "arm": ["1p", "1p", "1p", "2q"]})
+    out = arm_correction(m, arms, {"U"})
+    # Arm 1p loses U's profile (5, 4); C's arm has no unexpressed gene; D has no arm.
+    np.testing.assert_allclose(out.X, [[-4, -4], [-2, -2], [0, 0], [10, 10], [7, 7]])
+    assert out.uns["arm_correction"] == {"arms_corrected": 1, "genes_without_arm": 1,
+                                         "genes_on_arms_without_reference": 1, "unexpressed_in_map": 1}
+    with pytest.raises(CellicaError, match="gene 'A' is listed twice"):
+        arm_correction(m, pd.concat([arms, arms.iloc[:1]]), {"U"})
+
+
+def test_arm_correction_needs_both_tables_and_named_columns(tmp_path):
+    from cellica.maps.arms import read_gene_table
+
+    with pytest.raises(CellicaError, match="needs both arm_table and unexpressed_genes"):
+        MapParams(arm_table="arms.csv").validate()
+    (tmp_path / "arms.csv").write_text("symbol,arm\nA,1p\n")
+    with pytest.raises(CellicaError, match=r"arms.csv: lacks column\(s\) gene"):
+        read_gene_table(tmp_path / "arms.csv", ("gene", "arm"))
+
+
+# ------------------------------------------------------------------ into the summary
+def test_summary_rows_of_the_maps_with_a_wilson_interval():
+    from cellica.evaluate.summary import map_rows, wilson
+
+    lo, hi = wilson(5, 10)  # the textbook value
+    assert lo == pytest.approx(0.2366, abs=1e-4) and hi == pytest.approx(0.7634, abs=1e-4)
+    recall = pd.DataFrame({"variant": ["a", "a"], "source": ["CORUM", "all"], "n_pairs": [4, 6],
+                           "recall": [0.5, 0.4], "ci_low": [0.1, 0.2], "ci_high": [0.9, 0.6], "null_recall": [0.1, 0.1]})
+    diff = pd.DataFrame({"variant": ["a"], "baseline": ["b"], "source": ["all"], "difference": [0.2],
+                         "ci_low": [0.05], "ci_high": [0.3], "n_pairs": [6]})
+    cons = pd.DataFrame({"variant": "a", "consistent": pd.array([True, True, False, None], dtype="boolean")})
+    rows = map_rows(recall, diff, cons).set_index(["table", "metric"])
+    assert rows.loc[("per_variant", "recall"), "value"] == 0.4 and rows.loc[("per_variant", "recall"), "n"] == 6
+    assert rows.loc[("per_variant", "guide_consistent_fraction"), "value"] == pytest.approx(2 / 3)
+    assert rows.loc[("per_variant", "guide_consistent_fraction"), "n"] == 3
+    assert rows.loc[("comparison", "recall"), "verdict"] == "higher" and rows.loc[("comparison", "recall"), "row"] == "a - b"
+
+
+# ------------------------------------------------------------------ report figures
+def test_report_figures_umap_per_map_and_plate_heatmaps(tmp_path):
+    from cellica.report.maps import map_umaps, plate_heatmaps
+
+    data, _ = screen(n_genes=12)
+    genes, _ = gene_map(data, FAST)
+    genes.obs_names = [f"<b>{g}" for g in genes.obs_names]  # names reach the SVG escaped
+    genes.write_h5ad(tmp_path / "map.h5ad")
+    umaps = map_umaps({"pca": tmp_path / "map.h5ad"})
+    assert [u["variant"] for u in umaps] == ["pca"] and umaps[0]["svg"].count("<circle") == 12
+    data.write_h5ad(tmp_path / "f.h5ad")  # wells W000 ...: not plate positions
+    assert plate_heatmaps(tmp_path / "f.h5ad") == {"note": "well names are not plate positions (A01 ...): no plate "
+                                                           "heatmaps", "plates": []}
+    data.obs["well"] = [f"{'ABCD'[k % 4]}{k // 4 % 24 + 1:02d}" for k in pd.factorize(data.obs["well"])[0]]
+    data.write_h5ad(tmp_path / "f.h5ad")
+    layout = plate_heatmaps(tmp_path / "f.h5ad")
+    assert len(layout["plates"]) == 4 + 1 and all(svg.startswith("<svg") for svg in layout["plates"])
+    assert "<b>" not in "".join(u["svg"] for u in umaps)
