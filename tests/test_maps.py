@@ -235,3 +235,17 @@ def test_report_figures_umap_per_map_and_plate_heatmaps(tmp_path):
     layout = plate_heatmaps(tmp_path / "f.h5ad")
     assert len(layout["plates"]) == 4 + 1 and all(svg.startswith("<svg") for svg in layout["plates"])
     assert "<b>" not in "".join(u["svg"] for u in umaps)
+
+
+def test_the_recall_claim_by_hand():
+    from cellica.evaluate.claims import recall_claim
+
+    def diff(lows, highs):
+        return pd.DataFrame({"variant": "pca_ica", "baseline": ["pca", "pca_rand"], "source": "all",
+                             "difference": 0.1, "ci_low": lows, "ci_high": highs, "n_pairs": 30})
+
+    assert recall_claim(diff([0.01, 0.02], [0.2, 0.2]))["verdict"] == "holds"
+    assert recall_claim(diff([0.01, -0.3], [0.2, -0.1]))["verdict"] == "fails"
+    assert recall_claim(diff([0.01, -0.1], [0.2, 0.1]))["verdict"] == "inconclusive"
+    assert recall_claim(diff([0.01, -0.1], [0.2, 0.1]).iloc[:1])["verdict"] == "inconclusive"
+    assert recall_claim(diff([0.01, 0.02], [0.2, 0.2]).iloc[0:0])["verdict"] == "not tested"

@@ -21,4 +21,4 @@ def test_the_documented_python_pipeline_runs(tmp_path, monkeypatch):
     recall = pd.read_parquet(out / "recall.parquet")
     assert (recall.loc[recall["source"] == "CORUM", "n_pairs"] > 0).all()  # complex members are CORUM pairs
     index = (out / "report" / "index.html").read_text()
-    assert "Gene maps" in index and "Plate layout" in index
+    assert "Gene maps" in index and "Plate layout" in index and "CORUM: recall of" in index

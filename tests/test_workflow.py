@@ -103,7 +103,8 @@ def test_dag_evaluates_and_reports(tiny_run):
     auroc = means[means.metric == "auroc_heldout"]
     assert (auroc["ci_low"] <= auroc["value"]).all() and (auroc["value"] <= auroc["ci_high"]).all()
     claims = summary[summary.table == "claim"]
-    assert len(claims) == 4 and set(claims["verdict"]) <= {"holds", "fails", "inconclusive", "not tested"}
+    assert len(claims) == 5 and set(claims["verdict"]) <= {"holds", "fails", "inconclusive", "not tested"}
+    assert claims["row"].str.startswith("Known relationships").any()  # the gene maps' claim
     comps = summary[summary.table == "comparison"]
     assert {"pca_ica - pca", "pca_ica - pca_rand"} <= set(comps["row"]) and comps["p_holm"].notna().any()
     pg = pd.read_parquet(res / "eval" / "pca_ica" / "per_gene.parquet")

@@ -169,6 +169,7 @@ def report_inputs(wildcards):
         inputs["alignment"] = ALIGNMENT
     if config["maps"]["enabled"]:
         inputs["maps"] = expand(f"{RESULTS}/maps/{{variant}}.h5ad", variant=VARIANTS)
+        inputs["recall"] = f"{RESULTS}/maps/recall.parquet"
     return inputs
 
 

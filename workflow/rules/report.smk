@@ -12,7 +12,9 @@ REPORT_PARAMS = {
         f"--alignment {shlex.quote(input.alignment)}" if "alignment" in input.keys() else ""
     ),
     "maps": lambda wildcards, input: (
-        "--maps " + " ".join(shlex.quote(m) for m in input.maps) if "maps" in input.keys() else ""
+        f"--recall {shlex.quote(input.recall)} --maps " + " ".join(shlex.quote(m) for m in input.maps)
+        if "maps" in input.keys()
+        else ""
     ),
     "config_hash": CONFIG_HASH,
     "reports": REPORTS,

@@ -130,7 +130,7 @@ def report(ns: argparse.Namespace) -> None:
     report_from_files(ns.summary, ns.per_gene, ns.importances, ns.out, features=ns.features, store=ns.store,
                       benchmarks=ns.benchmarks, config=ns.config, config_hash=ns.config_hash,
                       alignment=ns.alignment, entity=ns.entity, genes=ns.gene, params=params_of(ReportParams, ns),
-                      part=ns.part, index_only=ns.index_only, maps=ns.maps)
+                      part=ns.part, index_only=ns.index_only, maps=ns.maps, recall=ns.recall)
 
 
 def schema(ns: argparse.Namespace) -> None:

@@ -107,6 +107,7 @@ COMMANDS = [
       ("--config-hash", {"default": ""}),
       ("--alignment", {"default": None, "help": "stability/alignment.parquet (cellica align between MAE seeds)"}),
       ("--maps", {"nargs": "*", "default": [], "help": "gene maps of the variants (maps/{variant}.h5ad): UMAPs"}),
+      ("--recall", {"default": None, "help": "maps/recall.parquet: recall bars per source"}),
       ("--gene", {"nargs": "*", "default": None, "help": "only these genes' pages (default: all)"}),
       ("--part", {"type": int, "default": None, "help": "only the pages of the genes of chunk PART of --chunks "
                   "(genes/PART-of-CHUNKS/), no index"}),

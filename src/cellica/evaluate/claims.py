@@ -105,3 +105,24 @@ def _batch_claim(batch: pd.DataFrame | None) -> dict:
         return {"claim": name, "verdict": "not tested", "detail": "no batch classifier could be cross-validated"}
     verdict = "holds" if all(v == "holds" for v in verdicts) else "fails" if "fails" in verdicts else "inconclusive"
     return {"claim": name, "verdict": verdict, "detail": "; ".join(parts) + " (95% bootstrap intervals over controls)"}
+
+
+RECALL_CLAIM = "Known relationships: PCA+ICA's gene map recalls more known pairs than PCA's and PCA+Rand's"
+
+
+def recall_claim(differences: pd.DataFrame) -> dict:
+    """Holds when both paired recall differences (all sources pooled) have intervals above 0,
+    fails when either lies below 0 (gene bootstrap, :mod:`cellica.maps.recall`)."""
+    d = differences[(differences["source"] == "all") & (differences["variant"] == "pca_ica")].set_index("baseline")
+    verdicts, parts = [], []
+    for other in ("pca", "pca_rand"):
+        if other not in d.index or not np.isfinite(d.loc[other, "ci_low"]):
+            parts.append(f"pca_ica > {other}: not compared")
+            continue
+        r = d.loc[other]
+        verdicts.append("higher" if r["ci_low"] > 0 else "lower" if r["ci_high"] < 0 else "inconclusive")
+        parts.append(f"pca_ica - {other} = {r['difference']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}], "
+                     f"{int(r['n_pairs'])} known pairs ({verdicts[-1]})")
+    verdict = ("not tested" if not verdicts else "fails" if "lower" in verdicts
+               else "holds" if all(v == "higher" for v in verdicts) and len(verdicts) == 2 else "inconclusive")
+    return {"claim": RECALL_CLAIM, "verdict": verdict, "detail": "; ".join(parts) + " (95% intervals, genes resampled)"}

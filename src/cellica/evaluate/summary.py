@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from cellica.core.logs import get_logger
-from cellica.evaluate.claims import claims_table
+from cellica.evaluate.claims import claims_table, recall_claim
 from cellica.evaluate.compare import compare_variants, gene_values, variant_means
 
 log = get_logger("compare")
@@ -48,7 +48,10 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
         means = pd.concat([means, _with_intervals(t)], ignore_index=True)
     n_features = per_gene.groupby("variant")["n_features"].first().to_dict() if "n_features" in per_gene else {}
     comps = compare_variants(values, n_features, n_boot, seed).assign(table="comparison")
-    claims = claims_table(comps, batch).rename(columns={"claim": "row"}).assign(table="claim", metric="claim")
+    claims = claims_table(comps, batch)
+    if maps:
+        claims = pd.concat([claims, pd.DataFrame([recall_claim(maps[1])])], ignore_index=True)
+    claims = claims.rename(columns={"claim": "row"}).assign(table="claim", metric="claim")
     out = pd.concat([genes, means, counts, comps, claims, *([map_rows(*maps)] if maps else [])], ignore_index=True)
     out = out.reindex(columns=SUMMARY_COLUMNS)
     for c in ("value", "ci_low", "ci_high", "seed_sd", "p_value", "p_holm"):

@@ -62,7 +62,8 @@ def report_from_files(summary: str | os.PathLike, per_gene: list, importances: l
                       features: list | None = None, store=None, benchmarks=None, config=None,
                       config_hash: str = "", alignment=None, entity: str = "gene",
                       genes: list[str] | None = None, params: ReportParams | None = None,
-                      part: int | None = None, index_only: bool = False, maps: list | None = None) -> Path:
+                      part: int | None = None, index_only: bool = False, maps: list | None = None,
+                      recall=None) -> Path:
     """:func:`build_report` from the evaluation's files: each variant's name is read from its
     per-gene table (its importances given in the same order) and from its features file."""
     if len(per_gene) != len(importances):
@@ -80,5 +81,5 @@ def report_from_files(summary: str | os.PathLike, per_gene: list, importances: l
         importances=dict(zip(names, map(Path, importances), strict=True)),
         features={stored_variant(p, Path(p).stem): Path(p) for p in features or []}, store=opt(store),
         benchmarks=opt(benchmarks), config=opt(config), config_hash=config_hash, alignment=opt(alignment),
-        entity=entity, maps={stored_variant(p, Path(p).stem): Path(p) for p in maps or []})
+        entity=entity, maps={stored_variant(p, Path(p).stem): Path(p) for p in maps or []}, recall=opt(recall))
     return build_report(inputs, out_dir, genes=genes, params=params, part=part, index_only=index_only)

@@ -57,6 +57,7 @@ class ReportInputs:
     alignment: Path | None = None
     entity: str = "gene"
     maps: dict[str, Path] = field(default_factory=dict)
+    recall: Path | None = None
 
 
 def _env():

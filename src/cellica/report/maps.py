@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cellica.core.atomic import read_parquet
 from cellica.core.logs import get_logger
-from cellica.report.svg import heatmap, scatter
+from cellica.report.svg import bar_chart, heatmap, scatter
 
 log = get_logger("report")
 WELL = re.compile(r"^([A-Pa-p])(0?[1-9]|[1-4]\d)$")  # A01 .. P24 (96-, 384-well plates)
@@ -90,3 +91,16 @@ def _grid(values: pd.Series, rows: list[str], cols: list[int]) -> np.ndarray:
     for (r, c), v in values.items():
         grid[rows.index(r), cols.index(int(c))] = v
     return grid
+
+
+def recall_bars(path: Path, variants: list[str]) -> list[str]:
+    """Recall of known pairs per variant, one chart per source, its null in the title."""
+    t = read_parquet(path, "recall table")
+    charts = []
+    for source, g in t.groupby("source", sort=False):
+        g = g.set_index("variant").loc[[v for v in variants if v in set(g["variant"])]]
+        if g.empty:
+            continue
+        title = f"{source}: recall of {int(g['n_pairs'].iloc[0])} known pairs (null {g['null_recall'].iloc[0]:.2f})"
+        charts.append(bar_chart(list(g.index), g["recall"].tolist(), title, vmax=max(1e-9, float(g["recall"].max()))))
+    return charts

@@ -152,12 +152,12 @@ class ReportBuilder:
 
     def _gene_maps(self) -> dict[str, Any]:
         """UMAPs of the variants' gene maps and the plate-layout heatmaps (from the base features)."""
-        from cellica.report.maps import map_umaps, plate_heatmaps
+        from cellica.report.maps import map_umaps, plate_heatmaps, recall_bars
         from cellica.transform.registry import variant_order
 
         maps = {v: self.inp.maps[v] for v in variant_order(self.inp.maps)}
         base = self.inp.features.get("base") or next(iter(self.inp.features.values()), None)
-        return {"umaps": map_umaps(maps, self.inp.store) if maps else [],
+        return {"umaps": map_umaps(maps, self.inp.store) if maps else [], "recall": recall_bars(self.inp.recall, self.variants) if self.inp.recall else [],
                 "layout": plate_heatmaps(base) if base else None}
 
     def _alignment(self) -> dict[str, Any] | None:
