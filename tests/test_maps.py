@@ -249,3 +249,15 @@ def test_the_recall_claim_by_hand():
     assert recall_claim(diff([0.01, -0.1], [0.2, 0.1]))["verdict"] == "inconclusive"
     assert recall_claim(diff([0.01, -0.1], [0.2, 0.1]).iloc[:1])["verdict"] == "inconclusive"
     assert recall_claim(diff([0.01, 0.02], [0.2, 0.2]).iloc[0:0])["verdict"] == "not tested"
+
+
+def test_guide_map_is_left_out_above_its_guide_cap(monkeypatch):
+    import cellica.maps.consistency as consistency
+
+    data, _ = screen(n_genes=12)
+    guides = guide_profiles(data, FAST)
+    assert consistency.guide_map(guides, FAST)["guide_map"].notna().all()
+    monkeypatch.setattr(consistency, "MAX_MAP_GUIDES", 10)
+    assert consistency.guide_map(guides, FAST).empty
+    table = consistency.guide_consistency(guides, FAST)  # the correlation test alone decides
+    assert table["guide_map"].isna().all() and table["consistent"].notna().all()

@@ -13,6 +13,9 @@ from cellica.maps.params import MapParams
 
 log = get_logger("maps")
 
+# copairs enumerates every pair of guides of different genes (8 bytes of indices and 4 of
+# similarity each): above this many guides (~18 million pairs, ~0.5 GB) the guide mAP is skipped.
+MAX_MAP_GUIDES = 6000
 COLUMNS = ["perturbation", "n_guides", "guide_corr", "corr_p_value", "corr_fdr", "guide_map", "map_p_value",
            "map_fdr", "consistent"]
 
@@ -81,6 +84,11 @@ def guide_map(guides, p: MapParams) -> pd.DataFrame:
     obs = guides.obs.reset_index(drop=True)
     meta = pd.DataFrame({"perturbation": obs["perturbation"].astype(str)})
     if (meta["perturbation"].value_counts() >= 2).sum() == 0 or meta["perturbation"].nunique() < 2:
+        return pd.DataFrame(columns=["perturbation", "guide_map", "map_p_value", "map_fdr"])
+    if len(meta) > MAX_MAP_GUIDES:
+        log.info("guide consistency: %d guides: copairs would hold ~%.0e guide pairs, so the guide mAP is left out "
+                 "(above %d guides) and the correlation test alone decides", len(meta), len(meta) ** 2 / 2,
+                 MAX_MAP_GUIDES)
         return pd.DataFrame(columns=["perturbation", "guide_map", "map_p_value", "map_fdr"])
     ap = average_precision(meta, np.asarray(guides.X, np.float64), pos_sameby=["perturbation"], pos_diffby=[],
                            neg_sameby=[], neg_diffby=["perturbation"], progress_bar=False)
