@@ -33,3 +33,22 @@ def fixed_threads(n: int = NUMERIC_THREADS) -> Iterator[None]:
     finally:
         if torch is not None and saved is not None:
             torch.set_num_threads(saved)
+
+
+@contextlib.contextmanager
+def pool_size(n: int = NUMERIC_THREADS) -> Iterator[None]:
+    """Libraries that size their thread pools by ``os.cpu_count()`` see ``n`` inside the block.
+
+    copairs gives each thread of its pool one batch of pairs or one null distribution
+    (null size x control wells), hundreds of MB each at genome scale, and counts the node's
+    CPUs, not the job's: on a 64-core node that is 64 of them at once. Each item is computed
+    alone and seeded by itself, so the pool size changes memory and time, never a number.
+    """
+    import os
+
+    saved = os.cpu_count
+    os.cpu_count = lambda: n
+    try:
+        yield
+    finally:
+        os.cpu_count = saved

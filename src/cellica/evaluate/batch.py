@@ -155,12 +155,14 @@ def phenotypic_activity(adata, variant: str, p: EvalParams | None = None) -> pd.
         return pd.DataFrame(columns=columns)
     meta = pd.DataFrame({"perturbation": obs["perturbation"].astype(str),
                          "ref": np.where(obs["is_control"], np.arange(len(obs)), -1)})
-    ap = _replicate_ap(meta, np.asarray(wells.X, np.float64))
     import tempfile
+
+    from cellica.core.threads import pool_size
 
     # copairs caches its null distributions under ~/.copairs by default: keep them out of the
     # user's home (a throw-away folder; the null is seeded, so nothing is lost).
-    with tempfile.TemporaryDirectory(prefix="cellica-copairs-") as cache:
+    with pool_size(), tempfile.TemporaryDirectory(prefix="cellica-copairs-") as cache:
+        ap = _replicate_ap(meta, np.asarray(wells.X, np.float64))
         m = mean_average_precision(ap, sameby=["perturbation"], null_size=p.map_null_size,
                                    threshold=p.map_threshold, seed=p.seed, progress_bar=False, cache_dir=cache)
     m = m.rename(columns={"mean_average_precision": "map", "corrected_p_value": "p_value_fdr",
@@ -172,8 +174,8 @@ def phenotypic_activity(adata, variant: str, p: EvalParams | None = None) -> pd.
 # Each perturbation well is paired with every control well; copairs holds all pairs of a call
 # at once, so the perturbations are taken in groups of at most this many pairs.
 AP_PAIRS_PER_CALL = 2_000_000
-# copairs computes the pairs' cosines in batches, one thread per CPU of the machine, each batch
-# holding ~5 float64 copies of its rows: the batch size keeps all threads' copies under this.
+# copairs computes the pairs' cosines in batches, one per thread of its pool (core.threads.pool_size),
+# each holding ~5 float64 copies of its rows: the batch size keeps all threads' copies under this.
 AP_BATCH_BYTES = 256 * 2**20
 
 

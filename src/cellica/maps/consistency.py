@@ -90,10 +90,12 @@ def guide_map(guides, p: MapParams) -> pd.DataFrame:
                  "(above %d guides) and the correlation test alone decides", len(meta), len(meta) ** 2 / 2,
                  MAX_MAP_GUIDES)
         return pd.DataFrame(columns=["perturbation", "guide_map", "map_p_value", "map_fdr"])
-    ap = average_precision(meta, np.asarray(guides.X, np.float64), pos_sameby=["perturbation"], pos_diffby=[],
-                           neg_sameby=[], neg_diffby=["perturbation"], progress_bar=False)
+    from cellica.core.threads import pool_size
+
     # copairs caches its nulls under ~/.copairs unless told otherwise: a throw-away folder.
-    with tempfile.TemporaryDirectory(prefix="cellica-copairs-") as cache:
+    with pool_size(), tempfile.TemporaryDirectory(prefix="cellica-copairs-") as cache:
+        ap = average_precision(meta, np.asarray(guides.X, np.float64), pos_sameby=["perturbation"], pos_diffby=[],
+                               neg_sameby=[], neg_diffby=["perturbation"], progress_bar=False)
         m = mean_average_precision(ap, sameby=["perturbation"], null_size=p.consistency_permutations,
                                    threshold=p.consistency_fdr, seed=p.seed, progress_bar=False, cache_dir=cache)
     return m.rename(columns={"mean_average_precision": "guide_map", "p_value": "map_p_value",

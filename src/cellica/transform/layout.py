@@ -85,8 +85,11 @@ def same_position_map(adata, positions: np.ndarray, seed: int = 0) -> float:
     x = np.asarray(wells.X, np.float64)
     for rows in meta.groupby("plate").indices.values():  # plate offsets would swamp the cosines
         x[rows] -= x[rows].mean(axis=0)
-    ap = average_precision(meta, x, pos_sameby=["position"], pos_diffby=["plate"], neg_sameby=[],
-                           neg_diffby=["position"], progress_bar=False)
+    from cellica.core.threads import pool_size
+
+    with pool_size():
+        ap = average_precision(meta, x, pos_sameby=["position"], pos_diffby=["plate"], neg_sameby=[],
+                               neg_diffby=["position"], progress_bar=False)
     return float(ap["average_precision"].mean())
 
 
