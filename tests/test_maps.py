@@ -249,6 +249,21 @@ def test_the_recall_claim_by_hand():
     assert recall_claim(diff([0.01, -0.1], [0.2, 0.1]))["verdict"] == "inconclusive"
     assert recall_claim(diff([0.01, -0.1], [0.2, 0.1]).iloc[:1])["verdict"] == "inconclusive"
     assert recall_claim(diff([0.01, 0.02], [0.2, 0.2]).iloc[0:0])["verdict"] == "not tested"
+    same = diff([0.0, 0.0], [0.0, 0.0]).assign(difference=0.0)  # rotations of one whitened space
+    assert recall_claim(same)["verdict"] == "not tested" and "by construction" in recall_claim(same)["detail"]
+
+
+def test_recall_is_the_same_for_any_rotation_of_a_map():
+    """Why the recall cannot separate PCA, PCA+ICA and PCA+Rand: cosines survive rotations."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 6))
+    q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    names = [f"G{k}" for k in range(30)]
+    pairs = pd.DataFrame({"source": "S", "gene_a": [f"G{k}" for k in range(0, 20, 2)],
+                          "gene_b": [f"G{k}" for k in range(1, 21, 2)]})
+    r, d = recall_tables({"a": gene_matrix(x, names), "b": gene_matrix(x @ q, names)}, pairs, FAST, [("a", "b")])
+    assert r.loc[r["variant"] == "a", "recall"].tolist() == r.loc[r["variant"] == "b", "recall"].tolist()
+    assert (d["difference"] == 0).all()
 
 
 def test_guide_map_is_left_out_above_its_guide_cap(monkeypatch):
