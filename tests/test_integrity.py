@@ -242,7 +242,7 @@ def test_paths_with_spaces_and_shell_syntax_run_nothing(tmp_path):
            "features": {"path": str(evil), "column_map": {"plate": "plate", "well": "well", "batch": "batch",
                                                          "perturbation": "gene", "is_control": "ctrl"}},
            "transform": {"n_components": 4, "variants": ["base", "pca"]},
-           "evaluate": {"n_trees": 5, "min_data_in_leaf": 3, "map_null_size": 100, "n_boot": 100}}
+           "evaluate": {"n_trees": 5, "min_data_in_leaf": 3, "map_null_size": 100, "n_boot": 100}, "maps": {"min_genes": 3, "consistency_permutations": 100, "null_pairs": 100, "n_boot": 100}}
     config = tmp_path / "evil.yaml"
     config.write_text(yaml.safe_dump(cfg))
     run = snakemake(tmp_path, configfile=config)

@@ -155,7 +155,7 @@ def _common_genes(maps: dict, p: MapParams) -> list[str]:
                                f"(e.g. {sorted(set(g) ^ set(genes))[0]!r})")
     if len(genes) < p.min_genes:
         raise CellicaError(f"recall: the map has {len(genes)} genes; recall needs at least {p.min_genes} "
-                           "(maps.min_genes)")
+                           "(maps.min_genes; maps.enabled: false leaves the gene maps out)")
     return sorted(genes)
 
 
