@@ -120,9 +120,8 @@ def _map_adata(x: np.ndarray, obs: pd.DataFrame, source, level: str, p: MapParam
     obs.index = pd.Index((obs["guide"] if level == "guide" else obs["perturbation"]).to_numpy(), dtype=str)
     uns = {"provenance": {**dict(source.uns.get("provenance", {})),
                           "map": {"level": level, "aggregate": p.aggregate, "normalize": p.normalize}}}
-    for key in ("transform",):
-        if key in source.uns:
-            uns[key] = source.uns[key]
+    if "transform" in source.uns:  # which variant the map is of
+        uns["transform"] = source.uns["transform"]
     var = pd.DataFrame(index=pd.Index(source.var_names, dtype=str))
     return ad.AnnData(X=np.asarray(x, np.float32), obs=obs, var=var, uns=uns)
 

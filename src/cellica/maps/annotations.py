@@ -10,6 +10,7 @@ import pandas as pd
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.core.relationships import source_pairs
+from cellica.core.textables import read_text_table
 
 log = get_logger("maps")
 
@@ -34,17 +35,9 @@ def load_sources(sources: list[str]) -> pd.DataFrame:
 
 
 def load_pair_file(path: str | os.PathLike) -> pd.DataFrame:
-    """A user's pair list: CSV or TSV (by extension) with ``entity1``, ``entity2`` and an
-    optional ``source`` column (default source: the file's stem)."""
-    sep = "\t" if str(path).endswith((".tsv", ".tsv.gz", ".txt")) else ","
-    try:
-        raw = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise CellicaError(f"{path}: cannot read the pair list ({exc})") from None
-    missing = [c for c in ("entity1", "entity2") if c not in raw.columns]
-    if missing:
-        raise CellicaError(f"{path}: pair list lacks column(s) {', '.join(missing)} (columns: "
-                           f"{', '.join(map(str, raw.columns))})")
+    """A user's pair list: CSV or TSV (the delimiter sniffed: efaar's own ``.txt`` lists are CSV)
+    with ``entity1``, ``entity2`` and an optional ``source`` column (default: the file's stem)."""
+    raw = read_text_table(path, ("entity1", "entity2"), "pair list")
     if ((raw["entity1"] == "") | (raw["entity2"] == "")).any():
         row = int(((raw["entity1"] == "") | (raw["entity2"] == "")).to_numpy().argmax()) + 2
         raise CellicaError(f"{path}: line {row} has an empty gene name")

@@ -17,20 +17,14 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.core.textables import read_text_table
 
 log = get_logger("maps")
 
 
 def read_gene_table(path: str | os.PathLike, columns: tuple[str, ...]) -> pd.DataFrame:
     """A CSV/TSV with ``columns`` (gene names stripped); a missing column or file names itself."""
-    try:
-        table = pd.read_csv(path, sep=None, engine="python", dtype=str, keep_default_na=False)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise CellicaError(f"{path}: cannot read ({exc})") from None
-    missing = [c for c in columns if c not in table.columns]
-    if missing:
-        raise CellicaError(f"{path}: lacks column(s) {', '.join(missing)} (columns: {', '.join(table.columns)})")
-    return table[list(columns)].apply(lambda c: c.str.strip())
+    return read_text_table(path, columns)[list(columns)].apply(lambda c: c.str.strip())
 
 
 def arm_correction(genes, arms: pd.DataFrame, unexpressed: set[str]):

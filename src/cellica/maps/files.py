@@ -94,14 +94,14 @@ def recall_files(maps: Sequence[PathLike], out: PathLike, differences_out: PathL
     variants); the recall table also counts each source's gene symbols that are not in the map."""
     from cellica.evaluate.compare import PAIRS
     from cellica.maps.annotations import match_genes
-    from cellica.maps.recall import check_gene_names, recall_tables
+    from cellica.maps.recall import recall_tables
 
     p = params or MapParams()
     p.validate()
     loaded = {stored_variant(path, str(path)): read_map(path) for path in maps}
     pairs = known_pairs(p)
-    genes = check_gene_names(next(iter(loaded.values())).obs_names, f"map {maps[0]}")
-    kept, coverage = match_genes(pairs, genes)
+    # recall_tables checks the names (case-only duplicates, the same genes in every map).
+    kept, coverage = match_genes(pairs, list(map(str, next(iter(loaded.values())).obs_names)))
     sources = sorted(set(pairs["source"]))
     recall, differences = recall_tables(loaded, kept, p, PAIRS, sources)
     cover = pd.DataFrame.from_dict(coverage, orient="index").rename_axis("source").reset_index()

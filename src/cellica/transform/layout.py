@@ -19,19 +19,14 @@ import pandas as pd
 from cellica.core.adata import aggregate_wells, make_adata
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.core.textables import read_text_table
 
 log = get_logger("transforms")
 
 
 def read_positions(path: str | os.PathLike) -> pd.DataFrame:
     """A position table: columns ``well`` and ``position``, optionally ``plate`` (per-plate layouts)."""
-    try:
-        table = pd.read_csv(path, sep=None, engine="python", dtype=str)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise CellicaError(f"{path}: cannot read the position table ({exc})") from None
-    missing = [c for c in ("well", "position") if c not in table.columns]
-    if missing:
-        raise CellicaError(f"{path}: position table lacks column(s) {', '.join(missing)}")
+    table = read_text_table(path, ("well", "position"), "position table")
     keys = [c for c in ("plate", "well") if c in table.columns]
     if table.duplicated(keys).any():
         raise CellicaError(f"{path}: position table lists {dict(table[table.duplicated(keys)].iloc[0][keys])} twice")
