@@ -11,7 +11,7 @@ parquet table (no MAE): 16 latent factors mixed linearly into ``--dims`` dims pl
 8 batches each shifting the embedding, genes with 4 guides of 50 tiles each, every guide in
 its own batch (so the classifiers hold out 4 batches per gene). The real Snakefile runs it
 from ``import_features`` to the HTML reports (variants base, pca, pca_ica, pca_rand; one
-evaluation seed) with ``--cores``, twice over one results folder:
+evaluation seed; gene maps scored on known pairs of genes that share their strongest factor) with ``--cores``, twice over one results folder:
 
 1. every control (``evaluate.max_controls: null``, the default), for a sample of
    ``--sample-genes`` genes per variant (chunk 0 of ``genes / sample`` chunks): the
@@ -24,7 +24,7 @@ evaluation seed) with ``--cores``, twice over one results folder:
 
 Snakemake's ``benchmark:`` files give each job's wall time and peak RSS. Each stage's summed
 job time is fitted as fixed + slope x what it grows with: the rows it reads (import,
-transforms, batch metrics) or the genes (gather, summary, reports); "grows with" shows the
+transforms, batch metrics, gene maps) or the genes (gather, recall, summary, reports); "grows with" shows the
 log-log exponent of the totals (1 = linear; below 1 while start-up dominates). The per-gene
 classifier time (from the evaluate logs, without start-up) is fitted as a power law in the
 controls. Peak memory is fitted as fixed + k x the input matrix (k: how many copies of its
@@ -92,14 +92,29 @@ def make_table(controls: int, genes: int, dims: int, path: Path, seed: int = 0) 
     obs["tile_id"] = [f"t{i}" for i in range(len(obs))]
     table = pd.concat([obs, pd.DataFrame(x, columns=[f"f{j}" for j in range(dims)])], axis=1)
     table.to_parquet(path, index=False)
+    known_pairs(effects, path.with_name("known_pairs.csv"))
     return len(table)
+
+
+def known_pairs(effects: np.ndarray, path: Path, per_gene: int = 6) -> int:
+    """The gene maps' known relationships: each gene paired with up to ``per_gene`` genes that share
+    its strongest factor (StringDB in efaar's lists has ~6 pairs per gene)."""
+    top = np.abs(effects).argmax(axis=1)
+    pairs = []
+    for f in np.unique(top):
+        members = np.flatnonzero(top == f)
+        for i, g in enumerate(members):
+            pairs += [(f"G{g:05d}", f"G{h:05d}") for h in members[i + 1:i + 1 + per_gene // 2]]
+    pd.DataFrame(pairs, columns=["entity1", "entity2"]).assign(source="synthetic").to_csv(path, index=False)
+    return len(pairs)
 
 
 def write_config(point: Path, table: Path, genes: int, chunks: int, evaluate: dict) -> Path:
     cfg = {"results_dir": str(point / "results"), "reports_dir": str(point / "reports"), "source": "features",
-           "features": {"path": str(table), "id_column": "tile_id",
+           "features": {"path": str(table), "id_column": "tile_id", "extra_metadata": ["guide"],
                         "column_map": {k: k for k in ("plate", "well", "batch", "perturbation", "is_control")}},
            "transform": {"variants": VARIANTS},
+           "maps": {"annotation_file": str(table.with_name("known_pairs.csv"))},
            "evaluate": {"chunks": chunks, "seeds": [0], **evaluate}}
     path = point / f"config-{chunks}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -200,7 +215,8 @@ def power_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 # rule -> what its cost grows with
 DRIVERS = {"import_features": "rows", "transform": "rows", "evaluate": "controls", "gather_eval": "genes",
-           "batch_metrics": "rows", "summarize": "genes", "report_pages": "genes", "report": "genes"}
+           "batch_metrics": "rows", "gene_map": "rows", "recall": "genes", "summarize": "genes",
+           "report_pages": "genes", "report": "genes"}
 
 
 def stage_table(measured: pd.DataFrame) -> pd.DataFrame:
@@ -265,14 +281,17 @@ def cluster_plan(table: pd.DataFrame, args) -> pd.DataFrame:
     page_chunks = max(1, math.ceil(pages_h / 0.5))  # page jobs of half an hour
     # critical path: import, the slowest transform (one job per variant), the classifiers spread
     # over every core, their gather, the summary, the pages spread over the cores, the index
-    serial = sum(float(hours.get(s, 0.0)) for s in ("import_features", "summarize", "report"))
+    serial = sum(float(hours.get(s, 0.0)) for s in ("import_features", "recall", "summarize", "report"))
     wall = (serial + float(hours.get("transform", 0.0)) / len(VARIANTS) / 2 + eval_h / slots
+            + float(hours.get("gene_map", 0.0)) / len(VARIANTS)
             + float(hours.get("gather_eval", 0.0)) / len(VARIANTS) + pages_h / slots)
     rows = [("evaluate.chunks", f"{chunks}", f"jobs of {threads} threads under {args.job_hours:g} h each, per variant"),
             ("report.chunks", f"{page_chunks}", "page jobs of about half an hour"),
             ("evaluate_chunk mem_mb", f"{_round_mb(mem.get('evaluate'))}", "peak per job x 1.5"),
             ("transform mem_mb", f"{_round_mb(mem.get('transform'))}", "peak per job x 1.5"),
             ("batch_metrics mem_mb", f"{_round_mb(mem.get('batch_metrics'))}", "peak per job x 1.5"),
+            ("gene_map mem_mb", f"{_round_mb(mem.get('gene_map'))}", "peak per job x 1.5"),
+            ("recall mem_mb", f"{_round_mb(mem.get('recall'))}", "peak per job x 1.5"),
             ("CPU-hours, classifiers (all variants)", f"{eval_h:,.0f}", "the default: every control"),
             ("CPU-hours, every other stage", f"{float(hours.drop('evaluate', errors='ignore').sum()):,.1f}", ""),
             ("wall hours on the cluster", f"{wall:,.1f}", f"{args.nodes} nodes x {args.cores_per_node} cores, "

@@ -235,6 +235,33 @@ def test_report_figures_umap_per_map_and_plate_heatmaps(tmp_path):
     layout = plate_heatmaps(tmp_path / "f.h5ad")
     assert len(layout["plates"]) == 4 + 1 and all(svg.startswith("<svg") for svg in layout["plates"])
     assert "<b>" not in "".join(u["svg"] for u in umaps)
+    assert "gene map PC" in umaps[0]["svg"]  # 12 genes: too few for UMAP's 15 neighbours
+
+
+def test_layout_2d_pcs_below_the_umap_floor_and_umap_above(tmp_path):
+    from cellica.report.maps import MIN_UMAP_POINTS, layout_2d, well_umaps
+
+    x = np.array([[-2.0, 0, 0], [2, 0, 0], [0, 1, 0], [0, -1, 0]]) + 5  # spread 2 along x, 1 along y
+    xy, how = layout_2d(x)
+    assert how == "PC" and np.allclose(np.abs(xy), [[2, 0], [2, 0], [0, 1], [0, 1]], atol=1e-6)
+    assert layout_2d(np.ones((1, 4)))[0].shape == (1, 2)  # one point: a degenerate layout, not an error
+    data, _ = screen(n_genes=8)  # 4 plates x 22 wells
+    data.write_h5ad(tmp_path / "f.h5ad")
+    figures = well_umaps({"base": tmp_path / "f.h5ad", "pca": tmp_path / "f.h5ad"})
+    assert [f["variant"] for f in figures] == ["base", "pca"] and 4 * 22 >= MIN_UMAP_POINTS
+    assert all("wells by batch (UMAP)" in f["svg"] and f["svg"].count("<circle") == 88 for f in figures)
+    assert figures[0]["svg"].replace("base:", "pca:") == figures[1]["svg"]  # seeded: same features, same picture
+    assert "B0" in figures[0]["svg"] and "B1" in figures[0]["svg"]  # the legend names the batches
+
+
+def test_control_intensity_per_plate_position(tiny_store):
+    from cellica.report.maps import TILES_PER_WELL, control_intensity
+
+    out = control_intensity(tiny_store.path)
+    plates = tiny_store.metadata["plate"].nunique()
+    assert len(out["plates"]) == plates and all(svg.startswith("<svg") for svg in out["plates"])
+    assert "control intensity (plate mean = 1)" in out["plates"][0] and str(TILES_PER_WELL) in out["note"]
+    assert control_intensity(tiny_store.path, seed=1)["plates"] == out["plates"]  # 3 tiles a well: all read
 
 
 def test_the_recall_claim_by_hand():

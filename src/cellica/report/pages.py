@@ -151,14 +151,25 @@ class ReportBuilder:
                  "detail": r.detail} for r in c.itertuples()]
 
     def _gene_maps(self) -> dict[str, Any]:
-        """UMAPs of the variants' gene maps and the plate-layout heatmaps (from the base features)."""
-        from cellica.report.maps import map_umaps, plate_heatmaps, recall_bars
+        """UMAPs of the variants' gene maps and wells, the plate-layout heatmaps (from the base
+        features) and the controls' intensity per position (from the tile store)."""
+        from cellica.report.maps import (
+            control_intensity,
+            map_umaps,
+            plate_heatmaps,
+            recall_bars,
+            well_umaps,
+        )
         from cellica.transform.registry import variant_order
 
         maps = {v: self.inp.maps[v] for v in variant_order(self.inp.maps)}
-        base = self.inp.features.get("base") or next(iter(self.inp.features.values()), None)
-        return {"umaps": map_umaps(maps, self.inp.store) if maps else [], "recall": recall_bars(self.inp.recall, self.variants) if self.inp.recall else [],
-                "layout": plate_heatmaps(base) if base else None}
+        features = {v: self.inp.features[v] for v in variant_order(self.inp.features)}
+        base = features.get("base") or next(iter(features.values()), None)
+        recall = recall_bars(self.inp.recall, self.variants) if self.inp.recall else []
+        return {"umaps": map_umaps(maps, self.inp.store) if maps else [], "recall": recall,
+                "wells": well_umaps(features, self.seed) if features else [],
+                "layout": plate_heatmaps(base) if base else None,
+                "intensity": control_intensity(self.inp.store, self.seed) if self.inp.store else None}
 
     def _alignment(self) -> dict[str, Any] | None:
         """The stability table (two MAE seeds aligned per class of map), when it was computed."""
