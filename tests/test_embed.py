@@ -64,7 +64,7 @@ def test_parse_shard():
 def test_nan_embeddings_name_the_tiles(tiny_store, tiny_model, monkeypatch):
     from cellica.embed.mae import MaskedAutoencoder
 
-    def broken(self, x, pooling="mean"):
+    def broken(self, x, pooling="mean", block=-1):
         z = torch.zeros(x.shape[0], 192)
         z[0] = float("nan")
         return z

@@ -248,10 +248,12 @@ def read_parquet(path: str | os.PathLike, what: str = "table", columns: list[str
     a missing or corrupt file is a :class:`CellicaError` naming it."""
     import pandas as pd
 
-    path = Path(path)
+    from cellica.core.remote import as_path, redact
+
+    path = as_path(path)  # a local path or an fsspec URL (pandas reads those through fsspec)
     if not path.is_file():
-        raise CellicaError(f"{what} {path} does not exist")
+        raise CellicaError(f"{what} {redact(path)} does not exist")
     try:
-        return pd.read_parquet(path, columns=columns, filters=filters)
+        return pd.read_parquet(str(path), columns=columns, filters=filters)
     except Exception as exc:  # pyarrow raises several types for a damaged file
         raise CellicaError(f"{what} {path} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None

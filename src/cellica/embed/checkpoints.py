@@ -6,7 +6,10 @@ Two formats are read:
   architecture, the tile normalisation and a training summary);
 * timm-format ViT / MAE state dicts (``.pth``, ``.bin``, ``.safetensors``), e.g. the
   ``vit_base_patch16_224.mae`` weights downloaded by hand, or Meta's original MAE
-  checkpoints (``{"model": ...}`` with decoder weights, which are ignored).
+  checkpoints (``{"model": ...}`` with decoder weights, which are ignored);
+* channel-agnostic encoders laid out like Recursion's OpenPhenom (keys under
+  ``encoder.vit_backbone.``; :mod:`cellica.embed.channel_agnostic`), whose ``model.safetensors``
+  may in fact be a ``torch.save`` archive: it is then read with ``weights_only=True`` too.
 
 ``.pth``/``.bin`` files are read with ``torch.load(..., weights_only=True)``, which
 refuses pickled Python objects. Weights are adapted to the store when possible
@@ -20,6 +23,7 @@ import hashlib
 import json
 import os
 import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,11 @@ import torch
 from cellica.core.atomic import atomic_outputs
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.embed.channel_agnostic import (
+    is_openphenom,
+    openphenom_architecture,
+    openphenom_encoder_state,
+)
 from cellica.embed.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
 
 log = get_logger("checkpoints")
@@ -119,7 +128,7 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise CellicaError(f"checkpoint {path} does not exist")
-    if path.suffix == ".safetensors":
+    if path.suffix == ".safetensors" and not zipfile.is_zipfile(path):  # torch.save writes a zip archive
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
@@ -127,8 +136,11 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
             return load_file(str(path))
         except (SafetensorError, OSError, ValueError) as exc:
             raise CellicaError(f"checkpoint {path} is truncated or not a safetensors file ({exc})") from None
+    if path.suffix == ".safetensors":
+        log.warning("checkpoint %s is a torch.save archive despite its name: read with weights_only=True", path)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as fh:  # a file object: torch would pick its reader by the name
+            obj = torch.load(fh, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CellicaError(
             f"checkpoint {path} contains pickled Python objects, which cellica never loads "
@@ -145,7 +157,9 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 
 
 def _encoder_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Keep the encoder's tensors, without any 'encoder.' / 'module.' prefix."""
+    """Keep the encoder's tensors, without any 'encoder.' / 'module.' / 'encoder.vit_backbone.' prefix."""
+    if is_openphenom(state):
+        return openphenom_encoder_state(state)
     if any(k.startswith("encoder.") for k in state):
         return {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
     drop = ("decoder", "mask_token", "head.", "fc_norm.")
@@ -158,6 +172,8 @@ def _adapt(enc_state: dict[str, torch.Tensor], cfg: MAEConfig, n_prefix: int, ad
     from timm.layers import resample_abs_pos_embed
     from timm.models import adapt_input_conv
 
+    if cfg.channel_agnostic:
+        return _fits_channel_agnostic(enc_state, cfg, source, store)
     key = "patch_embed.proj.weight"
     if key not in enc_state:
         raise CellicaError(f"checkpoint {source} has no {key}: not a ViT encoder")
@@ -182,8 +198,24 @@ def _adapt(enc_state: dict[str, torch.Tensor], cfg: MAEConfig, n_prefix: int, ad
     return enc_state
 
 
-def _architecture(path: Path, state: dict, n_channels: int, model_name: str | None, normalization: str,
-                  store_label: str):
+def _fits_channel_agnostic(enc_state: dict[str, torch.Tensor], cfg: MAEConfig, source: str,
+                           store: str) -> dict[str, torch.Tensor]:
+    """A channel-agnostic encoder is used as trained: its patch size must tile the store's tiles
+    into the grid its positions were made for, and it must have positions for every channel."""
+    w, pos = enc_state.get("patch_embed.proj.weight"), enc_state.get("pos_embed")
+    if w is None or pos is None:
+        raise CellicaError(f"checkpoint {source} has no patch_embed.proj.weight / pos_embed: not a ViT encoder")
+    grid = cfg.img_size // cfg.patch_size
+    if int(w.shape[-1]) != cfg.patch_size or pos.shape[1] != 1 + cfg.max_channels * grid * grid:
+        per = (pos.shape[1] - 1) // max(cfg.max_channels, 1)
+        raise CellicaError(f"checkpoint {source} has patch size {w.shape[-1]} and {per} positions per channel, "
+                           f"which do not fit {store}'s {cfg.img_size} px tiles in {cfg.patch_size} px patches "
+                           f"({grid * grid} per channel)")
+    return enc_state
+
+
+def _architecture(path: Path, state: dict, n_channels: int, tile_size: int, model_name: str | None,
+                  normalization: str | None, store_label: str):
     """The architecture, tile normalisation and format of a cellica or timm-format checkpoint."""
     meta = read_sidecar(path)
     if meta.get("format") == FORMAT:
@@ -195,6 +227,10 @@ def _architecture(path: Path, state: dict, n_channels: int, model_name: str | No
                 f"{store_label} has {n_channels}"
             )
         fmt = "cellica"
+    elif is_openphenom(state):
+        arch = openphenom_architecture(openphenom_encoder_state(state), tile_size, model_name, str(path))
+        normalizer = TileNormalizer(mode=normalization or "instance")
+        fmt = "openphenom"
     else:
         if not model_name:
             raise CellicaError(f"checkpoint {path} is a plain state dict: name its timm architecture (model_name)")
@@ -203,20 +239,23 @@ def _architecture(path: Path, state: dict, n_channels: int, model_name: str | No
             raise CellicaError(f"checkpoint {path} has no patch_embed.proj.weight: not a ViT encoder")
         blocks = {k.split(".")[1] for k in _encoder_state(state) if k.startswith("blocks.")}
         arch = {"model_name": model_name, "patch_size": int(w.shape[-1]), "depth": len(blocks) or None}
-        normalizer = TileNormalizer(mode=normalization)
+        normalizer = TileNormalizer(mode=normalization or "tile")
         fmt = "timm"
     return arch, normalizer, fmt
 
 
 def _check_fits(own: dict, enc_state: dict, path: Path, model_name: str) -> None:
-    """Refuse a state dict whose keys or shapes differ from the model's, naming them."""
-    missing = sorted(set(own) - set(enc_state))
+    """Refuse a state dict whose keys or shapes differ from the model's, naming the first
+    differing tensor (in the model's order) and then up to five of each kind."""
+    missing = [k for k in own if k not in enc_state]
     unexpected = sorted(set(enc_state) - set(own))
-    shape_err = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
-                 for k, v in enc_state.items() if k in own and v.shape != own[k].shape]
+    shape_err = [f"{k}: checkpoint {tuple(enc_state[k].shape)} vs model {tuple(v.shape)}"
+                 for k, v in own.items() if k in enc_state and enc_state[k].shape != v.shape]
     if missing or unexpected or shape_err:
+        first = next(k for k in [*own, *unexpected] if k not in enc_state or k not in own
+                     or enc_state[k].shape != own[k].shape)
         raise CellicaError(
-            f"checkpoint {path} does not fit {model_name}: missing {missing[:5]}, "
+            f"checkpoint {path} does not fit {model_name}: first differing tensor {first}; missing {missing[:5]}, "
             f"unexpected {unexpected[:5]}, shapes {shape_err[:5]}"
         )
 
@@ -227,7 +266,7 @@ def load_encoder(
     tile_size: int,
     model_name: str | None = None,
     adapt_channels: bool = False,
-    normalization: str = "tile",
+    normalization: str | None = None,
     store_label: str = "the tile store",
 ) -> tuple[MaskedAutoencoder, TileNormalizer, dict[str, Any]]:
     """Load a checkpoint's encoder for tiles of ``n_channels`` x ``tile_size`` px.
@@ -243,7 +282,8 @@ def load_encoder(
     adapt_channels
         Allow adapting a checkpoint with another channel count (logged).
     normalization
-        Tile normalisation for timm-format checkpoints (``tile`` or ``store``).
+        Tile normalisation for checkpoints that do not record theirs (None: ``instance`` for
+        OpenPhenom-layout ones, ``tile`` for timm ones).
     store_label
         Names the store in error messages.
 
@@ -255,7 +295,11 @@ def load_encoder(
     """
     path = Path(path)
     state = read_state_dict(path)
-    arch, normalizer, fmt = _architecture(path, state, n_channels, model_name, normalization, store_label)
+    arch, normalizer, fmt = _architecture(path, state, n_channels, tile_size, model_name, normalization,
+                                          store_label)
+    if arch.get("architecture") == "channel_agnostic" and n_channels > arch.get("max_channels", n_channels):
+        raise CellicaError(f"checkpoint {path} embeds at most {arch['max_channels']} channels; {store_label} has "
+                           f"{n_channels}")
     if tile_size % arch["patch_size"]:
         raise CellicaError(
             f"tile size {tile_size} of {store_label} is not a multiple of the checkpoint's "

@@ -2,7 +2,8 @@
 
 Tiles stream from the store in shard-aligned blocks (a DataLoader whose workers
 read and normalise), the encoder runs in inference mode (bf16 autocast on CUDA,
-float32 on CPU), tokens are pooled (mean of patch tokens, or the class token),
+float32 on CPU) up to the chosen block (``embed.block``: the last by default), tokens
+are pooled (mean of patch tokens, the class token, or both),
 and the result is an AnnData: ``.X`` float32 tiles x dims, ``.obs`` the store's
 metadata indexed by ``tile_id``, ``.uns["provenance"]`` what made it.
 
@@ -26,6 +27,7 @@ from cellica import __version__
 from cellica.core.adata import make_adata, read_h5ad, write_h5ad
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
+from cellica.core.remote import is_url, redact
 from cellica.embed.checkpoints import load_encoder
 from cellica.embed.loader import TileBlocks, make_loader
 from cellica.embed.params import EmbedParams
@@ -61,7 +63,7 @@ def _encode_all(model, data, p: EmbedParams, device, shard: tuple[int, int, int,
     with torch.inference_mode():
         for idx, x in make_loader(data, p.num_workers):
             with autocast:
-                z = model.encode(x.to(device, non_blocking=True), p.pooling)
+                z = model.encode(x.to(device, non_blocking=True), p.pooling, p.block)
             chunks.append(z.float().cpu().numpy())
             seen.append(idx.numpy())
             bar.update(len(idx))
@@ -69,7 +71,8 @@ def _encode_all(model, data, p: EmbedParams, device, shard: tuple[int, int, int,
     order = np.concatenate(seen) if seen else np.zeros(0, int)
     if not np.array_equal(order, np.arange(start, stop)):
         raise CellicaError(f"internal error: tiles came back out of order in shard {i}/{n}")
-    return np.concatenate(chunks) if chunks else np.zeros((0, model.encoder.embed_dim), np.float32)
+    width = model.encoder.embed_dim * (2 if p.pooling == "both" else 1)
+    return np.concatenate(chunks) if chunks else np.zeros((0, width), np.float32)
 
 
 def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, out: str | os.PathLike | None = None,
@@ -104,6 +107,7 @@ def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, ou
     model, normalizer, info = load_encoder(checkpoint, store.n_channels, store.tile_shape[0], p.model_name,
                                            p.adapt_channels, p.normalization, store_label=str(store.path))
     model = model.to(device).eval()
+    block = model.block_index(p.block)  # before any tile is read: an index out of range stops here
     data = TileBlocks(store.path, np.arange(start, stop), normalizer, p.batch_size)
     t0 = time.perf_counter()
     x = _encode_all(model, data, p, device, (i, n, start, stop))
@@ -116,7 +120,9 @@ def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, ou
             f"{obs.index[bad][:5].tolist()}; check the checkpoint and the tiles' intensities"
         )
     provenance = {
-        **info, "store": str(Path(store.path).resolve()), "pooling": p.pooling, "device": str(device),
+        **info, "store": redact(store.path) if is_url(store.path) else str(Path(store.path).resolve()),
+        "pooling": p.pooling, "block": block,
+        "n_blocks": len(model.encoder.blocks), "device": str(device),
         "cellica_version": __version__, "params": asdict(p), "n_tiles": int(stop - start),
         "shard": {"index": i, "count": n, "start": start, "stop": stop}, "seconds": round(seconds, 3),
     }
@@ -154,8 +160,8 @@ def gather_embeddings(paths: list[str | os.PathLike], out: str | os.PathLike | N
     missing = sorted(set(range(n)) - set(have))
     if missing or len(have) != len(set(have)):
         raise CellicaError(f"gather: expected shards 0..{n - 1} once each; missing {missing}, got {have}")
-    for key in ("checkpoint_sha256", "store", "pooling"):
-        values = {str(a.uns["provenance"][key]) for a in parts}
+    for key in ("checkpoint_sha256", "store", "pooling", "block"):
+        values = {str(a.uns["provenance"].get(key)) for a in parts}
         if len(values) > 1:
             raise CellicaError(f"gather: shards disagree on {key}: {sorted(values)}")
     parts = [parts[k] for k in np.argsort([s["start"] for s in shards])]

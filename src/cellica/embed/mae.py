@@ -7,6 +7,10 @@ The encoder is ``timm.create_model(model_name, in_chans=C, img_size=S, patch_siz
 decoder of timm ``Block``s predicts the pixels of the masked patches, each patch
 normalised to zero mean and unit variance (``norm_pix_loss``).
 
+``architecture="channel_agnostic"`` swaps in the encoder of
+:mod:`cellica.embed.channel_agnostic`: every channel's patches are tokens of their own, so
+masking hides and the decoder predicts one channel's patch at a time.
+
 Tiles are normalised per channel before the model sees them (:class:`TileNormalizer`).
 """
 
@@ -20,8 +24,7 @@ import torch
 from torch import nn
 
 from cellica.core.errors import CellicaError
-
-NORMALIZATIONS = ("tile", "store")
+from cellica.embed.params import ARCHITECTURES, NORMALIZATIONS, POOLINGS
 
 
 @dataclass
@@ -38,6 +41,13 @@ class MAEConfig:
     decoder_depth: int = 2
     decoder_heads: int = 4
     norm_pix_loss: bool = True
+    architecture: str = "vit"
+    max_channels: int = 11
+    layout: str = "cellica"
+
+    @property
+    def channel_agnostic(self) -> bool:
+        return self.architecture == "channel_agnostic"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +59,11 @@ class MAEConfig:
             )
         if not 0.0 < self.mask_ratio < 1.0:
             raise CellicaError(f"mask_ratio must be in (0, 1), got {self.mask_ratio}")
+        if self.architecture not in ARCHITECTURES:
+            raise CellicaError(f"architecture must be one of {ARCHITECTURES}, got {self.architecture!r}")
+        if self.channel_agnostic and self.in_chans > self.max_channels:
+            raise CellicaError(f"the channel-agnostic encoder takes at most max_channels={self.max_channels} "
+                               f"channels; the tiles have {self.in_chans}")
 
 
 @dataclass
@@ -58,7 +73,10 @@ class TileNormalizer:
     ``mode="tile"`` standardises each channel of each tile by its own mean and
     standard deviation (the usual choice for microscopy MAEs: robust to plate
     intensity drift); ``mode="store"`` uses per-channel statistics of the store
-    (``mean``/``std``, fitted with :meth:`fit`), which keeps absolute intensity.
+    (``mean``/``std``, fitted with :meth:`fit`), which keeps absolute intensity;
+    ``mode="instance"`` is OpenPhenom's input normalisation: pixels / 255, then each
+    tile and channel standardised as ``torch.nn.InstanceNorm2d`` does (biased variance,
+    epsilon 1e-5 inside the square root).
     """
 
     mode: str = "tile"
@@ -79,6 +97,10 @@ class TileNormalizer:
 
     def __call__(self, tiles: np.ndarray) -> np.ndarray:
         x = np.asarray(tiles, dtype=np.float32)
+        if self.mode == "instance":
+            x = x / np.float32(255.0)
+            mean = x.mean(axis=(2, 3), keepdims=True)
+            return (x - mean) / np.sqrt(x.var(axis=(2, 3), keepdims=True) + np.float32(1e-5))
         if self.mode == "tile":
             mean = x.mean(axis=(2, 3), keepdims=True)
             std = x.std(axis=(2, 3), keepdims=True)
@@ -99,11 +121,17 @@ def create_encoder(cfg: MAEConfig) -> nn.Module:
     """A timm ViT with the store's channels and tile size, without a classifier head.
 
     ``cfg.depth`` (when set) overrides the number of transformer blocks of the
-    named model, e.g. a 6-block ViT-Ti for quick CPU training.
+    named model, e.g. a 6-block ViT-Ti for quick CPU training. A channel-agnostic encoder comes
+    from :func:`cellica.embed.channel_agnostic.create_channel_agnostic`.
     """
     import timm
 
     cfg.validate()
+    if cfg.channel_agnostic:
+        from cellica.embed.channel_agnostic import create_channel_agnostic
+
+        return create_channel_agnostic(cfg.model_name, cfg.img_size, cfg.patch_size, cfg.depth, cfg.max_channels,
+                                       cfg.layout)
     extra = {} if cfg.depth is None else {"depth": cfg.depth}
     try:
         return timm.create_model(
@@ -137,7 +165,8 @@ class MaskedAutoencoder(nn.Module):
         self.encoder = create_encoder(cfg)
         enc = self.encoder
         self.n_prefix = int(getattr(enc, "num_prefix_tokens", 1))
-        self.n_patches = (cfg.img_size // cfg.patch_size) ** 2
+        # tokens the decoder predicts: every channel's patches apart in a channel-agnostic model
+        self.n_patches = (cfg.img_size // cfg.patch_size) ** 2 * (cfg.in_chans if cfg.channel_agnostic else 1)
         dim = enc.embed_dim
         self.decoder_embed = nn.Linear(dim, cfg.decoder_dim)
         self.mask_token = nn.Parameter(torch.zeros(1, 1, cfg.decoder_dim))
@@ -146,14 +175,19 @@ class MaskedAutoencoder(nn.Module):
             *[Block(cfg.decoder_dim, cfg.decoder_heads, mlp_ratio=4.0, qkv_bias=True) for _ in range(cfg.decoder_depth)]
         )
         self.decoder_norm = nn.LayerNorm(cfg.decoder_dim)
-        self.decoder_pred = nn.Linear(cfg.decoder_dim, cfg.patch_size**2 * cfg.in_chans)
+        self.decoder_pred = nn.Linear(cfg.decoder_dim, cfg.patch_size**2 * (1 if cfg.channel_agnostic else cfg.in_chans))
         trunc_normal_(self.mask_token, std=0.02)
         trunc_normal_(self.decoder_pos_embed, std=0.02)
 
     # ------------------------------------------------------------------ helpers
     def patchify(self, imgs: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) -> (B, L, P*P*C), patches in raster order."""
+        """(B, C, H, W) -> (B, L, P*P*C), patches in raster order; channel-agnostic:
+        (B, C*L, P*P), channel by channel."""
         p = self.cfg.patch_size
+        if self.cfg.channel_agnostic:
+            from cellica.embed.channel_agnostic import patchify_channels
+
+            return patchify_channels(imgs, p)
         b, c, h, w = imgs.shape
         x = imgs.reshape(b, c, h // p, p, w // p, p)
         return x.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // p) * (w // p), p * p * c)
@@ -161,17 +195,39 @@ class MaskedAutoencoder(nn.Module):
     def _tokens(self, imgs: torch.Tensor) -> torch.Tensor:
         """Patch embedding plus positions; prefix (class) tokens first."""
         enc = self.encoder
+        if self.cfg.channel_agnostic:
+            from cellica.embed.channel_agnostic import channel_tokens
+
+            return channel_tokens(enc, imgs, self.cfg.max_channels)
         x = enc.patch_embed(imgs)
         return enc.norm_pre(enc._pos_embed(x))
 
-    def encode(self, imgs: torch.Tensor, pooling: str = "mean") -> torch.Tensor:
-        """Embed whole tiles (no masking): mean of patch tokens, or the class token."""
-        x = self.encoder.norm(self.encoder.blocks(self._tokens(imgs)))
+    def block_index(self, block: int) -> int:
+        """``block`` (negative counts from the last) as an index into the encoder's blocks."""
+        n = len(self.encoder.blocks)
+        if not -n <= block < n:
+            raise CellicaError(f"embed.block {block} is out of range for a {n}-block encoder: use {-n}..{n - 1} "
+                               "(-1: the last)")
+        return block % n
+
+    def encode(self, imgs: torch.Tensor, pooling: str = "mean", block: int = -1) -> torch.Tensor:
+        """Embed whole tiles (no masking) at the output of ``block`` (the last by default, then
+        the encoder's final norm; an earlier block's tokens as they leave it): the mean of the
+        patch tokens, the class token, or both concatenated (mean first)."""
+        if pooling not in POOLINGS:
+            raise CellicaError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        if pooling != "mean" and self.n_prefix == 0:
+            raise CellicaError(f"{self.cfg.model_name} has no class token; use pooling: mean")
+        last = self.block_index(block)
+        x = self._tokens(imgs)
+        for blk in self.encoder.blocks[: last + 1]:
+            x = blk(x)
+        if last == len(self.encoder.blocks) - 1:
+            x = self.encoder.norm(x)
         if pooling == "cls":
-            if self.n_prefix == 0:
-                raise CellicaError(f"{self.cfg.model_name} has no class token; use pooling: mean")
             return x[:, 0]
-        return x[:, self.n_prefix :].mean(dim=1)
+        mean = x[:, self.n_prefix :].mean(dim=1)
+        return mean if pooling == "mean" else torch.cat([mean, x[:, 0]], dim=1)
 
     # ------------------------------------------------------------------ training
     def forward(self, imgs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 from cellica.core.params import Params, param
 
-NORMALIZATIONS = ("store", "tile")
-POOLINGS = ("mean", "cls")
+NORMALIZATIONS = ("store", "tile", "instance")
+POOLINGS = ("mean", "cls", "both")
+ARCHITECTURES = ("vit", "channel_agnostic")
+LAYOUTS = ("cellica", "openphenom")  # of a channel-agnostic encoder (cellica.embed.channel_agnostic)
 
 
 @dataclass
@@ -22,6 +24,11 @@ class TrainParams(Params):
 
     model_name: str = param("vit_tiny_patch16_224", "timm ViT architecture of the encoder "
                             "(vit_tiny/small/base_patch16_224, ...).")
+    architecture: str = param("vit", "`vit`: one patch embedding of all channels; `channel_agnostic`: each "
+                              "channel's patches embedded apart by one shared projection plus a learned "
+                              "per-channel embedding (OpenPhenom's design: one model for any channel count).",
+                              choices=ARCHITECTURES)
+    max_channels: int = param(11, "Channels a channel-agnostic encoder has embeddings for (OpenPhenom: 11).", ge=1)
     patch_size: int = param(8, "Patch edge in pixels (the tile size must be a multiple).", ge=2)
     depth: int | None = param(6, "Transformer blocks of the encoder (null: the named model's own depth, 12 for "
                               "ViT-Ti/S/B).", ge=1)
@@ -58,7 +65,8 @@ class TrainParams(Params):
         return MAEConfig(model_name=self.model_name, in_chans=in_chans, img_size=img_size,
                          patch_size=self.patch_size, depth=self.depth, mask_ratio=self.mask_ratio,
                          decoder_dim=self.decoder_dim, decoder_depth=self.decoder_depth,
-                         decoder_heads=self.decoder_heads, norm_pix_loss=self.norm_pix_loss)
+                         decoder_heads=self.decoder_heads, norm_pix_loss=self.norm_pix_loss,
+                         architecture=self.architecture, max_channels=self.max_channels)
 
 
 @dataclass
@@ -68,7 +76,11 @@ class EmbedParams(Params):
     section = "embed"
 
     batch_size: int = param(128, "Tiles per forward pass.", ge=1)
-    pooling: str = param("mean", "Token pooling: mean of the patch tokens, or the class token.", choices=POOLINGS)
+    pooling: str = param("mean", "Token pooling: mean of the patch tokens, the class token, or both "
+                         "concatenated (mean first; twice the dims).", choices=POOLINGS)
+    block: int = param(-1, "Transformer block whose output is the embedding: -1 the last (then the final "
+                       "norm), 0 the first, -2 the one before the last, ... (intermediate blocks often embed "
+                       "biology better: docs/models.md).")
     device: str = param("auto", "`auto` (CUDA with bf16 autocast if available, else CPU float32), or a device "
                         "name.")
     num_workers: int = param(0, "DataLoader worker processes reading the store.", ge=0)
@@ -78,8 +90,10 @@ class EmbedParams(Params):
                                    "checkpoints record their own).")
     adapt_channels: bool = param(False, "Allow adapting a checkpoint trained on another channel count (timm "
                                  "adapt_input_conv; logged).")
-    normalization: str = param("tile", "Tile normalisation for timm-format checkpoints (cellica checkpoints "
-                               "record their own).", choices=NORMALIZATIONS)
+    normalization: str | None = param(None, "Tile normalisation for checkpoints that do not record theirs "
+                                      "(cellica checkpoints do): null picks `instance` (pixels / 255, then "
+                                      "per tile and channel standardised) for OpenPhenom-layout checkpoints, as "
+                                      "their model card says, and `tile` for timm ones.", choices=NORMALIZATIONS)
 
 
 @dataclass

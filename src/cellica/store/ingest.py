@@ -1,4 +1,5 @@
-"""Ingestion of real image files (per-channel TIFF or PNG) into a tile store.
+"""Ingestion of real image files (per-channel TIFF or PNG) or OME-Zarr HCS plates
+(:mod:`cellica.store.omezarr`) into a tile store.
 
 A manifest CSV has one row per image file: ``path``, ``plate``, ``well``, ``site``,
 ``channel`` plus metadata columns (``batch``, ``perturbation``, ``is_control`` or
@@ -10,6 +11,7 @@ tiles, optionally intensity-normalised per plate, and written to the store.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import time
 from pathlib import Path
@@ -20,6 +22,7 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
+from cellica.core.remote import is_url, join, parent, read_bytes, redact
 from cellica.store.metadata import REQUIRED_COLUMNS
 from cellica.store.params import IngestParams
 from cellica.store.tilestore import TileStore
@@ -27,16 +30,19 @@ from cellica.store.tilestore import TileStore
 log = get_logger("ingest")
 
 MANIFEST_COLUMNS = ("path", "plate", "well", "site", "channel", "batch", "perturbation")
+# ingest.format: ome_zarr: one row per well, its path the OME-Zarr plate (cellica.store.omezarr)
+PLATE_MANIFEST_COLUMNS = ("path", "plate", "well", "batch", "perturbation")
 FIELD_KEYS = ("batch", "plate", "well", "site")
 
 
 def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
-    """Load the manifest, apply the column map and constants, check the columns."""
-    path = Path(path)
-    if not path.is_file():
-        raise CellicaError(f"manifest {path} does not exist")
+    """Load the manifest (a local path or an fsspec URL), apply the column map and constants,
+    check the columns; each row's ``path`` is resolved against the manifest's folder."""
+    base = parent(path)
+    data = read_bytes(path, "manifest")
+    path = redact(path)  # what messages show
     try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+        raw = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
     except Exception as exc:
         raise CellicaError(f"manifest {path}: cannot read as CSV ({exc})") from None
     missing_src = [src for src in p.column_map.values() if src not in raw.columns]
@@ -63,19 +69,28 @@ def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
             seen = sorted(map(str, df["perturbation"].unique()))[:8] if "perturbation" in df else []
             raise CellicaError(f"manifest {path}: control_label {p.control_label!r} matches no perturbation "
                                f"(values include {seen}); no tile would be a control")
-    missing = [c for c in MANIFEST_COLUMNS if c not in df.columns]
+    required = PLATE_MANIFEST_COLUMNS if p.format == "ome_zarr" else MANIFEST_COLUMNS
+    missing = [c for c in required if c not in df.columns]
     if missing:
         raise CellicaError(
             f"manifest {path}: missing column(s) {missing}; map them with column_map "
             f"(it has {list(raw.columns)})"
         )
-    empty = [c for c in MANIFEST_COLUMNS if (df[c].astype(str).str.strip() == "").any()]
+    empty = [c for c in required if (df[c].astype(str).str.strip() == "").any()]
     if empty:
         row = int(np.flatnonzero((df[empty[0]].astype(str).str.strip() == "").to_numpy())[0])
         raise CellicaError(f"manifest {path}: empty value in column {empty[0]!r} (row {row + 2})")
+    df["_file"] = [join(base, v) for v in df["path"]]
+    if p.format == "ome_zarr":
+        from cellica.store.omezarr import canonical_well
+
+        dup = df.assign(well=df["well"].map(canonical_well)).duplicated(["plate", "well"], keep=False)
+        if dup.any():
+            first = df[dup].iloc[0]
+            raise CellicaError(f"manifest {path}: well {first['well']!r} of plate {first['plate']!r} is listed "
+                               f"more than once (rows {(np.flatnonzero(dup.to_numpy())[:4] + 2).tolist()})")
+        return df
     df["channel"] = df["channel"].astype(str)
-    base = path.parent
-    df["_file"] = [str(Path(v) if Path(v).is_absolute() else base / v) for v in df["path"]]
     dup = df.duplicated(list(FIELD_KEYS) + ["channel"], keep=False)
     if dup.any():
         first = df[dup].iloc[0]
@@ -87,18 +102,21 @@ def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
 
 
 def read_image(path: str) -> np.ndarray:
-    """Read one single-channel TIFF or PNG (8/16-bit integer or float) as a 2-D array."""
-    if not os.path.isfile(path):
+    """Read one single-channel TIFF or PNG (8/16-bit integer or float) as a 2-D array, from a
+    local path or an fsspec URL."""
+    if not is_url(path) and not os.path.isfile(path):
         raise CellicaError(f"image file {path} is missing")
+    source = io.BytesIO(read_bytes(path, "image file")) if is_url(path) else path
+    path = redact(path)
     try:
         if path.lower().endswith((".tif", ".tiff")):
             import tifffile
 
-            img = tifffile.imread(path)
+            img = tifffile.imread(source)
         else:
             from PIL import Image
 
-            with Image.open(path) as im:
+            with Image.open(source) as im:
                 img = np.asarray(im)
     except Exception as exc:
         raise CellicaError(f"image file {path} is unreadable ({type(exc).__name__}: {exc})") from None
@@ -183,7 +201,8 @@ def plate_percentiles(fields: _Fields) -> dict[str, dict[str, list[float]]]:
     rng = np.random.default_rng(p.seed)
     samples: dict[str, list[np.ndarray]] = {}
     for key, _, files in progress(fields.groups, desc="percentiles", unit="field"):
-        stack = fields.load(files).reshape(len(files), -1)
+        stack = fields.load(files)
+        stack = stack.reshape(stack.shape[0], -1)
         pick = rng.choice(stack.shape[1], size=min(p.sample_pixels, stack.shape[1]), replace=False)
         samples.setdefault(_plate_key(key), []).append(stack[:, pick].astype(np.float64))
     out = {}
@@ -201,8 +220,8 @@ def field_constant_columns(df: pd.DataFrame) -> list[str]:
     intensity statistics) describe files, not tiles, and are left out (logged).
     """
     extra = [c for c in df.columns if c not in (*MANIFEST_COLUMNS, "_file", "is_control", "channel")]
-    if not extra:
-        return []
+    if not extra or "site" not in df.columns:  # a plate manifest: one row per well, so all are kept
+        return extra
     varying = df.groupby(list(FIELD_KEYS))[extra].nunique(dropna=False).max() > 1
     if varying.any():
         log.info("per-file manifest column(s) not kept per tile: %s", list(varying[varying].index))
@@ -286,7 +305,12 @@ def ingest(
     start = time.perf_counter()
     stride = p.stride or p.tile_size
     df = read_manifest(manifest, p)
-    fields = _Fields(df, p, str(manifest))
+    if p.format == "ome_zarr":
+        from cellica.store.omezarr import PlateFields
+
+        fields = PlateFields(df, p, str(manifest))
+    else:
+        fields = _Fields(df, p, str(manifest))
     names = [str(c) for c in (p.channel_names or p.channels)]
     if len(names) != len(p.channels):
         raise CellicaError(f"{len(names)} channel_names for {len(p.channels)} channels")
@@ -294,11 +318,13 @@ def ingest(
     extra_cols = field_constant_columns(df)
     provenance = {
         "source": "ingest",
-        "manifest": str(Path(manifest).resolve()),
-        "manifest_sha256": hashlib.sha256(Path(manifest).read_bytes()).hexdigest(),
+        "manifest": redact(manifest) if is_url(manifest) else str(Path(manifest).resolve()),
+        "manifest_sha256": hashlib.sha256(read_bytes(manifest, "manifest")).hexdigest(),
         "params": {k: v for k, v in vars(p).items()},
         "normalization": norms,
         "skipped_fields": fields.skipped,
+        "format": p.format,
+        **({"plates": fields.plates} if p.format == "ome_zarr" else {}),
     }
     n_partial = 0
     writer = TileStore.create(out, names, (p.tile_size, p.tile_size), p.dtype, provenance, p.shard_tiles, overwrite)

@@ -83,7 +83,14 @@ class IngestParams(Params):
 
     section = "ingest"
 
-    channels: list[str | int] = param(help="Channel values as in the manifest, in stacking order.", min_items=1)
+    channels: list[str | int] = param(help="Channel values as in the manifest, in stacking order (OME-Zarr: "
+                                      "channel labels from the plate's omero metadata, or indices).", min_items=1)
+    format: str = param("files", "`files`: the manifest lists one image file (TIFF/PNG) per field and channel; "
+                        "`ome_zarr`: it lists one row per well whose path is an OME-Zarr HCS plate, and every "
+                        "field (image) of that well is read from the plate (docs/formats.md).",
+                        choices=("files", "ome_zarr"))
+    level: int = param(0, "OME-Zarr: the resolution level read (0: full resolution; the multiscales' datasets "
+                       "in order).", ge=0)
     channel_names: list[str] | None = param(None, "Names stored for the channels (default: the channel values).")
     tile_size: int = param(256, "Tile edge in pixels.", ge=8)
     stride: int | None = param(None, "Step between tiles (null = tile_size, no overlap). Partial edge tiles are "

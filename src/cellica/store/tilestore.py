@@ -29,6 +29,7 @@ from cellica.core.atomic import (
 )
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
+from cellica.core.remote import as_path, redact
 from cellica.store.metadata import (
     GROUND_TRUTH_DIR,
     METADATA_FILE,
@@ -63,17 +64,29 @@ class TileStore:
     # ------------------------------------------------------------------ opening
     @classmethod
     def open(cls, path: str | os.PathLike) -> TileStore:
-        """Open an existing store for reading (structure is checked, see :meth:`validate`)."""
+        """Open an existing store for reading (structure is checked, see :meth:`validate`):
+        a local folder or an fsspec URL (``s3://``, ``gs://``, ``https://``, ...)."""
         import zarr
 
-        path = Path(path)
-        if not (path / "zarr.json").is_file():
-            raise CellicaError(f"{path}: not a tile store (no zarr.json); run simulate or ingest")
+        path = as_path(path)
+        try:  # remote: ask for the file's info, as is_file() reads an unreachable host as "no file"
+            found = (path / "zarr.json").is_file() if isinstance(path, Path) else \
+                bool(path.fs.info((path / "zarr.json").path))
+        except FileNotFoundError as exc:
+            if exc.__cause__ is not None:  # fsspec's http reports an unreachable host as not found
+                raise CellicaError(f"{redact(path)}: the tile store is unreachable "
+                                   f"({type(exc.__cause__).__name__}: {redact(str(exc.__cause__))[:200]})") from None
+            found = False
+        except Exception as exc:  # a remote file system that cannot be reached
+            raise CellicaError(f"{redact(path)}: the tile store is unreachable ({type(exc).__name__}: "
+                               f"{redact(str(exc))[:200]})") from None
+        if not found:
+            raise CellicaError(f"{redact(path)}: not a tile store (no zarr.json); run simulate or ingest")
         try:
             group = zarr.open_group(str(path), mode="r", zarr_format=3)
             array = group["tiles"]
         except Exception as exc:  # zarr raises several types for a broken store
-            raise CellicaError(f"{path}: cannot open the tile store ({exc})") from None
+            raise CellicaError(f"{redact(path)}: cannot open the tile store ({redact(str(exc))})") from None
         meta_path = path / METADATA_FILE
         if not meta_path.is_file():
             raise CellicaError(f"{path}: missing {METADATA_FILE}")
@@ -123,6 +136,11 @@ class TileStore:
             shard_tiles, overwrite, checksums,
         )
 
+    @property
+    def label(self) -> str:
+        """The store's location as messages show it (a URL without credentials)."""
+        return redact(self.path)
+
     # ------------------------------------------------------------------ shape
     @property
     def n_tiles(self) -> int:
@@ -171,7 +189,7 @@ class TileStore:
         for shard in range(first, last + 1):
             if not self.shard_file(shard).is_file():
                 lo, hi = shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles)
-                raise CellicaError(f"{self.path}: shard file {self.shard_file(shard)} (tiles {lo}-{hi - 1}) is "
+                raise CellicaError(f"{self.label}: shard file {self.shard_file(shard)} (tiles {lo}-{hi - 1}) is "
                                    "missing: the store is damaged (it would read as zeros); re-create it")
         try:
             return read()
@@ -180,7 +198,7 @@ class TileStore:
                 where = f"shard file {self.shard_file(first)}"
             else:
                 where = f"shard files {self.shard_file(first).name}..{self.shard_file(last).name}"
-            raise CellicaError(f"{self.path}: {where} (tiles {start}-{stop - 1}) is damaged: "
+            raise CellicaError(f"{self.label}: {where} (tiles {start}-{stop - 1}) is damaged: "
                                f"{type(exc).__name__}: {str(exc)[:160]}") from None
 
     def read_range(self, start: int, stop: int) -> np.ndarray:
@@ -197,7 +215,7 @@ class TileStore:
         idx = np.asarray(indices, dtype=np.int64).ravel()
         if idx.size and (idx.min() < 0 or idx.max() >= self.n_tiles):
             raise CellicaError(
-                f"{self.path}: tile index out of range [0, {self.n_tiles}): "
+                f"{self.label}: tile index out of range [0, {self.n_tiles}): "
                 f"{int(idx.min())}..{int(idx.max())}"
             )
         out = np.empty((idx.size, self.n_channels, *self.tile_shape), dtype=self.dtype)
@@ -234,7 +252,7 @@ class TileStore:
         """Read a ground-truth table written by ``cellica simulate`` (e.g. ``latents``)."""
         path = self.path / GROUND_TRUTH_DIR / f"{name}.parquet"
         if not path.is_file():
-            raise CellicaError(f"{self.path}: no ground-truth table {name!r} (is it simulated?)")
+            raise CellicaError(f"{self.label}: no ground-truth table {name!r} (is it simulated?)")
         return read_parquet(path, "ground-truth table")
 
     # ------------------------------------------------------------------ checks
@@ -253,7 +271,7 @@ class TileStore:
             self.read_range(shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles))
         recorded = self.attrs.get("content_sha256")
         if recorded and content_digest(self.path, self.n_tiles, self.shard_tiles) != recorded:
-            raise CellicaError(f"{self.path}: contents differ from the digest recorded when the store was written "
+            raise CellicaError(f"{self.label}: contents differ from the digest recorded when the store was written "
                                "(a shard or the metadata was changed); re-create it")
         return {"shards": n_shards, "tiles": self.n_tiles, "chunk_checksums": self.attrs.get("checksums") == "crc32c",
                 "content_digest": bool(recorded)}
@@ -264,14 +282,14 @@ class TileStore:
 
         problems = validate_parts(self._array.shape, str(self.dtype), self.metadata, self.attrs)
         if problems:
-            raise CellicaError(f"{self.path}: invalid tile store: " + "; ".join(problems))
+            raise CellicaError(f"{self.label}: invalid tile store: " + "; ".join(problems))
 
     def describe(self, verify: bool = False, max_stat_tiles: int = 2048, max_rows: int = 30) -> str:
         """A readable account of the store (``cellica inspect``): counts per batch, plate and
         perturbation and channel intensities; with ``verify``, the result of :meth:`verify`."""
         if verify:
             r = self.verify()
-            return (f"{self.path}: OK: {r['tiles']} tiles in {r['shards']} shard(s) read back; chunk checksums "
+            return (f"{self.label}: OK: {r['tiles']} tiles in {r['shards']} shard(s) read back; chunk checksums "
                     f"{'verified' if r['chunk_checksums'] else 'absent (a store written before crc32c)'}; content "
                     f"digest {'matches' if r['content_digest'] else 'not recorded (an older store)'}")
         info = self.summary(max_stat_tiles=max_stat_tiles)
@@ -325,7 +343,7 @@ class TileStore:
 
 def shard_path(store: Path, shard: int) -> Path:
     """Where zarr keeps shard ``shard`` of the 4-D ``tiles`` array (default chunk-key encoding)."""
-    return Path(store) / "tiles" / "c" / str(shard) / "0" / "0" / "0"
+    return as_path(store) / "tiles" / "c" / str(shard) / "0" / "0" / "0"
 
 
 def content_digest(store: Path, n_tiles: int, shard_tiles: int) -> str:
@@ -333,11 +351,11 @@ def content_digest(store: Path, n_tiles: int, shard_tiles: int) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    files = [Path(store) / METADATA_FILE] + [shard_path(store, i) for i in range(-(-n_tiles // shard_tiles))]
+    files = [as_path(store) / METADATA_FILE] + [shard_path(store, i) for i in range(-(-n_tiles // shard_tiles))]
     for f in files:
         h.update(f.name.encode())
         if f.is_file():
-            with open(f, "rb") as fh:
+            with f.open("rb") as fh:
                 for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
                     h.update(block)
         else:
