@@ -24,7 +24,8 @@ evaluation seed; gene maps scored on known pairs of genes that share their stron
 
 Snakemake's ``benchmark:`` files give each job's wall time and peak RSS. Each stage's summed
 job time is fitted as fixed + slope x what it grows with: the rows it reads (import,
-transforms, batch metrics, gene maps) or the genes (gather, recall, summary, reports); "grows with" shows the
+transforms, batch metrics, gene maps, the report index) or the genes (gather, recall, summary,
+report pages); "grows with" shows the
 log-log exponent of the totals (1 = linear; below 1 while start-up dominates). The per-gene
 classifier time (from the evaluate logs, without start-up) is fitted as a power law in the
 controls. Peak memory is fitted as fixed + k x the input matrix (k: how many copies of its
@@ -216,7 +217,7 @@ def power_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 # rule -> what its cost grows with
 DRIVERS = {"import_features": "rows", "transform": "rows", "evaluate": "controls", "gather_eval": "genes",
            "batch_metrics": "rows", "gene_map": "rows", "recall": "genes", "summarize": "genes",
-           "report_pages": "genes", "report": "genes"}
+           "report_pages": "genes", "report": "rows"}  # the index draws every variant's wells (UMAP)
 
 
 def stage_table(measured: pd.DataFrame) -> pd.DataFrame:

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from cellica.core.params import Kind, Params, param, section_schema, show
-from cellica.embed.params import EmbedParams, FeatureTableParams, TrainParams
+from cellica.embed.params import EmbedParams, FeatureTableParams, ProfileParams, TrainParams
 from cellica.evaluate.params import EvalParams
 from cellica.identify.params import AlignParams
 from cellica.maps.params import MapParams
@@ -70,6 +70,9 @@ TransformKeys = _keys("transform", variants=(list[str], param(
         choices=("tiles", "wells"))))
 EvaluateKeys = _keys("evaluate", chunks=(int, param(
     1, "Jobs the genes are spread over (each a chunk of genes), merged per variant.", ge=1)))
+ProfilesKeys = _keys("profiles", enabled=(bool, param(
+    False, "Embed the tiles with cp_measure's CellProfiler-style features instead of an MAE (no training, no "
+    "GPU): a classical baseline through the same transforms and evaluation (docs/models.md).")))
 MapsKeys = _keys("maps", enabled=(bool, param(
     True, "Build a gene-level map per variant (results/maps/) and score its guide consistency and its recall of "
     "known relationships.")))
@@ -100,6 +103,7 @@ SECTIONS: dict[str, tuple[type[Params], ...]] = {
     "stability": (StabilityKeys, AlignParams),
     "evaluate": (EvaluateKeys, EvalParams),
     "maps": (MapsKeys, MapParams),
+    "profiles": (ProfilesKeys, ProfileParams),
     "report": (ReportParams,),
 }
 

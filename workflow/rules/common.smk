@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from cellica.config import apply_overrides, command_args, config_problem, config_sources, provenance
-from cellica.embed.params import EmbedParams, FeatureTableParams, TrainParams
+from cellica.embed.params import EmbedParams, FeatureTableParams, ProfileParams, TrainParams
 from cellica.evaluate.params import EvalParams
 from cellica.identify.params import AlignParams
 from cellica.maps.params import MapParams
@@ -32,8 +32,14 @@ REPORTS = config["reports_dir"]
 LOGS = f"{RESULTS}/logs"
 BENCH = f"{RESULTS}/benchmarks"
 TILES = f"{RESULTS}/tiles.zarr"
-# One MAE per {model}: seed<N> (trained with that seed) or checkpoint (mae.checkpoint).
-MODEL_TAG = "checkpoint" if config["mae"]["checkpoint"] else f"seed{config['mae']['seed']}"
+# One MAE per {model}: seed<N> (trained with that seed) or checkpoint (mae.checkpoint); or no
+# model at all: cp_measure's profiles (profiles.enabled).
+if config["profiles"]["enabled"]:
+    MODEL_TAG = "cp_measure"
+elif config["mae"]["checkpoint"]:
+    MODEL_TAG = "checkpoint"
+else:
+    MODEL_TAG = f"seed{config['mae']['seed']}"
 MODEL = f"{RESULTS}/mae/{{model}}/model.safetensors"
 EMB_OF = f"{RESULTS}/embeddings/{{model}}/embeddings.h5ad"
 WELLS_OF = f"{RESULTS}/embeddings/{{model}}/wells.h5ad"
@@ -56,6 +62,9 @@ N_PAGE_CHUNKS = config["report"]["chunks"]
 ENTITY = entity_label(config["source"], config["features"]["column_map"])
 STABILITY = f"{RESULTS}/stability"
 ALIGNMENT = f"{STABILITY}/alignment.parquet"
+if config["profiles"]["enabled"] and (config["source"] == "features" or config["stability"]["enabled"]):
+    raise WorkflowError("profiles.enabled measures the tiles of an image source (simulate or ingest) instead of "
+                        "training an MAE: it cannot go with source: features or stability.enabled")
 if config["stability"]["enabled"] and config["source"] == "features":
     raise WorkflowError("stability.enabled needs an image source (simulate or ingest): there is no MAE to train "
                         "twice when source is 'features'")
@@ -70,7 +79,7 @@ CONDA_ENV = "../envs/cellica.yaml"
 wildcard_constraints:
     variant="|".join(VARIANTS),
     seed=r"-?\d+",
-    model=r"seed-?\d+|checkpoint",
+    model=r"seed-?\d+|checkpoint|cp_measure",
     shard=r"\d+",
     chunk=r"\d+",
 

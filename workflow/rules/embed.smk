@@ -1,5 +1,6 @@
 # Stage 2: embeddings. Train an MAE per {model} (seed<N>; none when config names a checkpoint),
-# embed the store in shards (separate jobs), gather them; or import a user's own features table.
+# embed the store in shards (separate jobs), gather them; or measure cp_measure's profiles of the
+# tiles in shards instead (profiles.enabled); or import a user's own features table.
 # The optional stability target uses the same rules with a second and third seed.
 
 if config["source"] == "features":
@@ -53,12 +54,36 @@ else:
             "cellica train-mae --store {input:q} --out {output.model:q} --checkpoint-dir {params.ckpt:q}"
             " --threads {threads} {params.args} --seed {params.seed} 2> {log:q}"
 
+    rule profile_tiles:
+        input:
+            TILES,
+        output:
+            temp(f"{RESULTS}/embeddings/cp_measure/shards/{{shard}}-of-{N_SHARDS}.h5ad"),
+        log:
+            f"{LOGS}/profile_tiles/{{shard}}-of-{N_SHARDS}.log",
+        benchmark:
+            f"{BENCH}/profile_tiles/{{shard}}-of-{N_SHARDS}.tsv"
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=4000,
+            runtime=240,
+        params:
+            args=cli_args("profiles", ProfileParams),
+            n_shards=N_SHARDS,
+        shell:
+            "cellica profile-tiles --store {input:q} --out {output:q} --shard {wildcards.shard}/{params.n_shards}"
+            " {params.args} 2> {log:q}"
+
     rule embed:
         input:
             store=TILES,
             model=model_file,
         output:
             temp(f"{RESULTS}/embeddings/{{model}}/shards/{{shard}}-of-{N_SHARDS}.h5ad"),
+        wildcard_constraints:
+            model=r"seed-?\d+|checkpoint",
         log:
             f"{LOGS}/embed/{{model}}/{{shard}}-of-{N_SHARDS}.log",
         benchmark:

@@ -47,6 +47,13 @@ def embed(ns: argparse.Namespace) -> None:
     embed_store(ns.store, ns.checkpoint, ns.out, params_of(EmbedParams, ns), shard=ns.shard)
 
 
+def profile_tiles(ns: argparse.Namespace) -> None:
+    from cellica.embed.params import ProfileParams
+    from cellica.embed.profiles import profile_store
+
+    profile_store(ns.store, ns.out, params_of(ProfileParams, ns), shard=ns.shard)
+
+
 def gather_embeddings(ns: argparse.Namespace) -> None:
     from cellica.embed.extract import gather_embeddings as run
 

@@ -110,3 +110,27 @@ class FeatureTableParams(Params):
     extra_metadata: list[str] = param([], "Further non-feature columns (e.g. n_images).")
     id_column: str | None = param(None, "Unique sample id column, always metadata (default: plate/well, "
                                   "numbered when repeated).")
+
+
+# cp_measure's feature groups (cp_measure.featurizer.make_featurizer_config's flags)
+PROFILE_GROUPS = ("intensity", "texture", "granularity", "radial_distribution", "radial_zernikes", "sizeshape",
+                  "zernike", "feret", "correlation_pearson", "correlation_costes", "correlation_manders_fold",
+                  "correlation_rwc")
+
+
+@dataclass
+class ProfileParams(Params):
+    """Classical CellProfiler-style profiles per tile with cp_measure, instead of an MAE
+    (`cellica profile-tiles --help`; docs/models.md)."""
+
+    section = "profiles"
+
+    nuclei_channel: str = param("0", "Channel whose Otsu threshold finds the nuclei (its name in the store, or "
+                                "its 0-based index).")
+    features: list[str] = param(["intensity", "granularity", "radial_distribution", "sizeshape", "zernike",
+                                 "correlation_pearson"],
+                                "cp_measure feature groups measured on every nucleus (texture is the slowest: "
+                                "about 10x intensity).", item_choices=PROFILE_GROUPS, unique=True, min_items=1)
+    smoothing: float = param(1.0, "Gaussian sigma (px) applied before the Otsu threshold.", ge=0)
+    min_area: int = param(8, "Objects smaller than this (px) are noise, not nuclei.", ge=1)
+    batch_size: int = param(64, "Tiles measured per cp_measure call.", ge=1)

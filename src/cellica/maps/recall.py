@@ -27,7 +27,7 @@ ALL = "all"  # the row pooling every source (each distinct pair once)
 RECALL_COLUMNS = ["variant", "source", "n_pairs", "recall", "ci_low", "ci_high", "null_recall", "fold",
                   "threshold_low", "threshold_high", "n_genes"]
 DIFF_COLUMNS = ["variant", "baseline", "source", "difference", "ci_low", "ci_high", "n_pairs"]
-PAIR_BLOCK = 65536  # pairs per block of the row-wise products
+PAIR_BLOCK = 8192  # pairs per block of the row-wise products: 2 x 8192 x dims float64 (50 MB at 384 dims)
 
 
 def check_gene_names(genes, where: str) -> list[str]:

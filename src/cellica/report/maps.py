@@ -58,7 +58,7 @@ def map_umaps(maps: dict[str, Path], store: Path | None = None, seed: int = 0) -
         xy, how = layout_2d(genes.X, "cosine", seed)
         points = [(float(x), float(y), group.get(g, "gene")) for (x, y), g in zip(xy, genes.obs_names, strict=True)]
         out.append({"variant": variant, "svg": scatter(points, f"{variant}: gene map {how}", f"{how} 1", f"{how} 2",
-                                                       size=260)})
+                                                       size=260, radius=_radius(len(points)))})
     return out
 
 
@@ -85,8 +85,14 @@ def well_umaps(features: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]
         xy, how = layout_2d(wells.X, "euclidean", seed)
         points = [(float(x), float(y), b) for (x, y), b in zip(xy, wells.obs["batch"].astype(str), strict=True)]
         title = f"{variant}: wells by batch ({how}" + (f", {wells.n_obs} of {total})" if wells.n_obs < total else ")")
-        out.append({"variant": variant, "svg": scatter(points, title, f"{how} 1", f"{how} 2", size=260)})
+        out.append({"variant": variant, "svg": scatter(points, title, f"{how} 1", f"{how} 2", size=260,
+                                                       radius=_radius(len(points)))})
     return out
+
+
+def _radius(n: int) -> float:
+    """Dots big enough to see in a small map, small enough not to hide each other in a large one."""
+    return 3.5 if n < 200 else 2.5 if n < 1000 else 1.8
 
 
 def _complexes(store: Path | None) -> dict[str, str]:

@@ -92,7 +92,7 @@ def line_chart(series: dict[str, tuple[list[float], list[float]]], title: str, s
 
 
 def scatter(points: list[tuple[float, float, str]], title: str, xlabel: str, ylabel: str, size: int = 220,
-            highlight: str | None = None) -> str:
+            highlight: str | None = None, radius: float = 1.8) -> str:
     """Points coloured by group; ``highlight`` is drawn on top with a dark outline."""
     m = 28
     inner = size - 2 * m
@@ -112,7 +112,7 @@ def scatter(points: list[tuple[float, float, str]], title: str, xlabel: str, yla
         if g == highlight:
             parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.6" fill="#000" fill-opacity="0.8"/>')
         else:
-            parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="1.8" fill="{colors[g]}" fill-opacity="0.45"/>')
+            parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{radius}" fill="{colors[g]}" fill-opacity="0.6"/>')
     parts.append(f'<text x="{m}" y="{m - 8}" font-size="10">{escape(title)}</text>')
     shown = [(g, colors[g]) for g in groups[:8]] + ([(highlight, "#000")] if highlight else [])
     for i, (g, color) in enumerate(shown):  # one legend entry per line, below the plot: never cut
@@ -133,7 +133,8 @@ def heatmap(grid, rows: list[str], cols: list[str], title: str, cell: int = 11) 
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     span = max(hi - lo, 1e-12)
     left, top = 18, 26
-    parts = [f'<text x="2" y="10" font-size="10">{escape(title)} ({number(lo)} - {number(hi)})</text>']
+    header = f"{title} ({number(lo)} - {number(hi)})"
+    parts = [f'<text x="2" y="10" font-size="10">{escape(header)}</text>']
     for j, c in enumerate(cols):
         if j % 4 == 0 or len(cols) <= 12:
             parts.append(f'<text x="{left + j * cell + cell / 2:.1f}" y="{top - 3}" font-size="7" '
@@ -148,4 +149,5 @@ def heatmap(grid, rows: list[str], cols: list[str], title: str, cell: int = 11) 
                 parts.append(f'<rect x="{left + j * cell}" y="{top + i * cell}" width="{cell - 1}" height="{cell - 1}" '
                              f'fill="rgb({shade},{shade + 10 if shade < 245 else 255},255)"><title>{escape(r)}{escape(c)}: '
                              f'{number(v)}</title></rect>')
-    return _frame(left + len(cols) * cell + 4, top + len(rows) * cell + 4, "".join(parts), title)
+    width = max(left + len(cols) * cell + 4, int(5.6 * len(header)) + 4)  # the header is never cut off
+    return _frame(width, top + len(rows) * cell + 4, "".join(parts), title)
