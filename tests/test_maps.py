@@ -303,3 +303,17 @@ def test_guide_map_is_left_out_above_its_guide_cap(monkeypatch):
     assert consistency.guide_map(guides, FAST).empty
     table = consistency.guide_consistency(guides, FAST)  # the correlation test alone decides
     assert table["guide_map"].isna().all() and table["consistent"].notna().all()
+
+
+def test_heatmap_titles_fit_and_small_maps_have_visible_dots():
+    import re
+
+    from cellica.report.maps import _radius
+    from cellica.report.svg import heatmap, scatter
+
+    title = "EXP2-P1: control intensity (plate mean = 1)"
+    svg = heatmap(np.ones((1, 12)), ["A"], [str(c) for c in range(1, 13)], title)
+    width = int(re.search(r'width="(\d+)"', svg).group(1))
+    assert width >= 5.6 * len(f"{title} (1 - 1)")  # a 12-column grid alone is 154 px: the title set the width
+    assert 'r="3.5"' in scatter([(0, 0, "a"), (1, 1, "b")], "t", "x", "y", radius=_radius(2))
+    assert _radius(150) > _radius(500) > _radius(5000)
