@@ -39,7 +39,7 @@ def test_a_tiles_profile_is_the_mean_over_its_nuclei():
     two[22 - 4:22 + 5, 22 - 4:22 + 5] = np.where(two[18:27, 18:27] > 1000, 2000.0, two[18:27, 18:27])  # dimmer
     tiles = np.stack([np.stack([two, two]), np.stack([np.full((32, 32), 50.0)] * 2)]).astype(np.uint16)
     config = featurizer_config(["DNA", "ER"], p, 65535)
-    x, columns, objects, nans = measure_tiles(tiles, ["DNA", "ER"], 0, p, config, 65535)
+    x, columns, objects, nans = measure_tiles(tiles, 0, p, config, 65535)
     area = x[:, columns.index("Area")]
     assert objects.tolist() == [2, 0] and area[0] == pytest.approx(49) and area[1] == pytest.approx(32 * 32)
     mean = x[0, columns.index("Intensity_MeanIntensity__DNA")]

@@ -256,4 +256,4 @@ def read_parquet(path: str | os.PathLike, what: str = "table", columns: list[str
     try:
         return pd.read_parquet(str(path), columns=columns, filters=filters)
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise CellicaError(f"{what} {path} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise CellicaError(f"{what} {redact(path)} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None

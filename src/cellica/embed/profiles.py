@@ -56,8 +56,7 @@ def featurizer_config(channels: list[str], p: ProfileParams, scale_max: int) -> 
                                   **flags)
 
 
-def measure_tiles(tiles: np.ndarray, channels: list[str], nuclei: int, p: ProfileParams,
-                  config: dict, scale_max: int) -> tuple[np.ndarray, list[str], np.ndarray, int]:
+def measure_tiles(tiles: np.ndarray, nuclei: int, p: ProfileParams, config: dict, scale_max: int) -> tuple[np.ndarray, list[str], np.ndarray, int]:
     """Profiles of a batch of tiles (B, C, H, W): the mean over each tile's nuclei; also the
     feature names, the nuclei per tile (0: measured whole) and the NaN features set to 0."""
     from cp_measure.featurizer import featurize
@@ -122,7 +121,7 @@ def profile_store(store_path: str | os.PathLike, out: str | os.PathLike | None =
     bar = progress(total=stop - start, desc=f"profiles {i}/{n}", unit="tile")
     for lo in range(start, stop, p.batch_size):
         hi = min(lo + p.batch_size, stop)
-        x, cols, c, nans = measure_tiles(store.read_range(lo, hi), names, nuclei, p, config, scale_max)
+        x, cols, c, nans = measure_tiles(store.read_range(lo, hi), nuclei, p, config, scale_max)
         if columns is not None and cols != columns:
             raise CellicaError(f"internal error: cp_measure's features changed between tiles {start} and {lo}")
         columns = cols

@@ -114,14 +114,10 @@ def plate_heatmaps(features: Path) -> dict[str, Any]:
     import anndata as ad
 
     a = ad.read_h5ad(features, backed="r")
-    obs = a.obs[["plate", "well", "is_control"]].astype({"plate": str, "well": str})
-    parsed = obs["well"].str.extract(WELL)
-    if parsed.isna().any().any():
+    obs, rows, cols = _positions(a.obs)
+    if obs is None:
         a.file.close()
         return {"note": "well names are not plate positions (A01 ...): no plate heatmaps", "plates": []}
-    obs = obs.assign(row=parsed[0].str.upper(), col=parsed[1].astype(int))
-    rows = [chr(c) for c in range(ord("A"), ord(obs["row"].max()) + 1)]
-    cols = list(range(1, int(obs["col"].max()) + 1))
     plates = list(dict.fromkeys(obs["plate"]))
     figures = []
     for plate in plates[:MAX_PLATES]:
@@ -149,12 +145,10 @@ def control_intensity(store: Path, seed: int = 0) -> dict[str, Any]:
     from cellica.store.tilestore import TileStore
 
     ts = TileStore.open(store)
-    md = ts.metadata[["plate", "well", "is_control"]].astype({"plate": str, "well": str}).reset_index(drop=True)
-    md = md[md["is_control"].to_numpy(bool)]
-    parsed = md["well"].str.extract(WELL)
-    if md.empty or parsed.isna().any().any():
+    controls = ts.metadata.reset_index(drop=True)
+    md, rows, cols = _positions(controls[controls["is_control"].to_numpy(bool)])
+    if md is None:
         return {"note": "no control wells at plate positions (A01 ...): no intensity heatmaps", "plates": []}
-    md = md.assign(row=parsed[0].str.upper(), col=parsed[1].astype(int))
     plates = list(dict.fromkeys(md["plate"]))[:MAX_PLATES]
     md = md[md["plate"].isin(plates)]
     # a seeded sample of each well's tiles (shuffled, then the first few per well)
@@ -163,14 +157,24 @@ def control_intensity(store: Path, seed: int = 0) -> dict[str, Any]:
     tiles = ts.read(picked.index.to_numpy()).astype(np.float64)
     per_channel = tiles.mean(axis=(2, 3))  # tiles x channels
     picked = picked.assign(intensity=(per_channel / np.maximum(per_channel.mean(axis=0), 1e-12)).mean(axis=1))
-    rows = [chr(c) for c in range(ord("A"), ord(md["row"].max()) + 1)]
-    cols = list(range(1, int(md["col"].max()) + 1))
     figures = []
     for plate, g in picked.groupby("plate", sort=False):
         well = g.groupby(["row", "col"])["intensity"].mean()
         figures.append(heatmap(_grid(well / well.mean(), rows, cols), rows, [str(c) for c in cols],
                                f"{plate}: control intensity (plate mean = 1)"))
     return {"note": f"{TILES_PER_WELL} tiles per control well at most", "plates": figures}
+
+
+def _positions(obs: pd.DataFrame) -> tuple[pd.DataFrame | None, list[str], list[int]]:
+    """``plate``, ``well``, ``is_control`` plus each well's ``row`` and ``col``, and the plate's
+    row letters and column numbers; (None, [], []) unless every well is a position (A01 ...)."""
+    obs = obs[["plate", "well", "is_control"]].astype({"plate": str, "well": str})
+    parsed = obs["well"].str.extract(WELL)
+    if obs.empty or parsed.isna().any().any():
+        return None, [], []
+    obs = obs.assign(row=parsed[0].str.upper(), col=parsed[1].astype(int))
+    return (obs, [chr(c) for c in range(ord("A"), ord(obs["row"].max()) + 1)],
+            list(range(1, int(obs["col"].max()) + 1)))
 
 
 def _grid(values: pd.Series, rows: list[str], cols: list[int]) -> np.ndarray:

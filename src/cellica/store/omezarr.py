@@ -26,12 +26,6 @@ from cellica.store.params import IngestParams
 
 log = get_logger("ingest")
 WELL_NAME = re.compile(r"^([A-Za-z]+)0*(\d+)$")
-FIELD_KEYS = ("batch", "plate", "well", "site")
-
-
-def well_name(row: str, column: str) -> str:
-    """``("B", "3")`` -> ``"B03"``: the tile store's well names."""
-    return f"{row.upper()}{int(column):02d}" if column.isdigit() else f"{row}{column}"
 
 
 def canonical_well(name: str) -> str:
