@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
+from _variants import evaluate_variants, variant_text
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -80,16 +81,10 @@ def linear(seeds: list[int], out: Path, n_components: float | None, dims: int = 
     """
     import anndata as ad
 
-    from cellica.evaluate.batch import variant_metrics
-    from cellica.evaluate.genes import evaluate_genes
-    from cellica.evaluate.params import EvalParams
-    from cellica.evaluate.summary import summary_table
     from cellica.store.params import SimulationParams
     from cellica.store.simulate import simulate_screen
     from cellica.store.tilestore import TileStore
     from cellica.transform.params import TransformParams
-    from cellica.transform.registry import seeded_variants
-    from cellica.transform.variants import make_transform
 
     sim_cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["simulate"]
     path = out / "linear" / "tiles.zarr"
@@ -111,16 +106,7 @@ def linear(seeds: list[int], out: Path, n_components: float | None, dims: int = 
     obs = meta.set_index("tile_id")
     obs.index = obs.index.astype(str)
     emb = ad.AnnData(x.astype(np.float32), obs=obs)
-    params = EvalParams(seeds=seeds)
-    per_gene, features = [], {}
-    for variant in ("base", "pca", "pca_ica", "pca_rand"):
-        fits = [make_transform(variant, TransformParams(n_components=n_components, rotation_seed=s)).fit_transform(emb)
-                for s in (seeds if variant in seeded_variants() else seeds[:1])]
-        pg, _ = evaluate_genes(fits if len(fits) > 1 else fits[0], params, variant=variant, threads=2)
-        per_gene.append(pg)
-        features[variant] = fits[0]
-    batch, activity = variant_metrics(features, params, (lat, bat))
-    return summary_table(pd.concat(per_gene, ignore_index=True), batch, activity, params.n_boot, params.seed)
+    return evaluate_variants(emb, seeds, TransformParams(n_components=n_components), truth=(lat, bat))
 
 
 def bbbc021(seeds: list[int], out: Path, moa: bool) -> pd.DataFrame:
@@ -153,17 +139,6 @@ def claims_text(s: pd.DataFrame) -> pd.DataFrame:
     return s[s["table"] == "claim"][["row", "verdict", "detail"]].rename(columns={"row": "claim"})
 
 
-def variant_text(s: pd.DataFrame) -> pd.DataFrame:
-    """Per-variant means as 'value [low, high]' strings, one column per metric."""
-    m = s[(s["table"] == "per_variant") & (s["row"] == "mean") & s["metric"].isin(CLAIM_METRICS)].copy()
-    ci = m["ci_low"].notna()
-    m["text"] = m["value"].map(lambda v: f"{v:.3f}")
-    m.loc[ci, "text"] += " [" + m.loc[ci, "ci_low"].map(lambda v: f"{v:.3f}") + ", " + \
-        m.loc[ci, "ci_high"].map(lambda v: f"{v:.3f}") + "]"
-    wide = m.pivot(index="variant", columns="metric", values="text")
-    return wide.reindex(columns=[c for c in CLAIM_METRICS if c in wide.columns]).fillna("n/a").reset_index()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2")
@@ -187,7 +162,7 @@ def main() -> None:
         print(f"running {name} ...", flush=True)
         t0 = time.perf_counter()
         s = runs[name]()
-        claims, variants = claims_text(s), variant_text(s)
+        claims, variants = claims_text(s), variant_text(s, CLAIM_METRICS)
         with pd.option_context("display.width", 250, "display.max_colwidth", 400):
             print(f"\n== {name} (seeds {seeds}, {time.perf_counter() - t0:.0f} s)")
             print(variants.to_string(index=False))
