@@ -7,7 +7,8 @@ through the paper's four variants at several ``transform.n_components``.
 Without ``--store`` it simulates the demo screen; without ``--profiles`` it measures the
 profiles (``profiles`` defaults, nuclei on the first channel: ~5 minutes on one core).
 Each setting keeps ``transform.drop_constant: true`` (as for any CellProfiler-style table),
-without and with ``transform.standardize: controls``, and fits the DAG's transforms, classifiers and summary in this process
+without and with ``transform.standardize: controls``, and with ``transform.outlier_cutoff:
+500`` added (features beyond 500 robust z-units on the fit controls dropped), and fits the DAG's transforms, classifiers and summary in this process
 (:mod:`_variants`): per-gene held-out AUROC, Hoyer sparsity (means over genes, 95%
 bootstrap intervals), the true factors' probe R^2 and the controls' batch accuracy.
 A fraction (``0.9``) keeps the components explaining that share of the control variance;
@@ -38,7 +39,9 @@ from cellica.transform.params import TransformParams
 from cellica.transform.variants import make_transform
 
 DEMO = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
-STANDARDIZE = (None, "controls")  # as CellProfiler tables are, and z-scored on the fit controls first
+# (standardize, outlier_cutoff): as measured, z-scored on the fit controls first, and then also
+# without the features beyond 500 robust z-units (pycytominer's drop_outliers cut-off)
+SETTINGS = ((None, None), ("controls", None), ("controls", 500.0))
 METRICS = ["auroc_heldout", "sparsity", "truth_factor_r2", "batch_accuracy"]
 
 
@@ -71,9 +74,10 @@ def main() -> None:
         profiles = ad.read_h5ad(args.profiles) if args.profiles else profile_store(store_path, None, ProfileParams())
         measured = time.perf_counter() - t0
         print(f"{profiles.n_obs} tiles x {profiles.n_vars} profile features ({measured:.0f} s)", flush=True)
-        for standardize, n in product(STANDARDIZE, components(args.components)):
+        for (standardize, cutoff), n in product(SETTINGS, components(args.components)):
             t1 = time.perf_counter()
-            params = TransformParams(n_components=n, drop_constant=True, standardize=standardize)
+            params = TransformParams(n_components=n, drop_constant=True, standardize=standardize,
+                                     outlier_cutoff=cutoff)
             # base does not depend on n_components: evaluated once per standardisation
             summary = evaluate_variants(profiles, seeds, params, truth=truth,
                                         variants=None if n == components(args.components)[0] else PAPER_VARIANTS[1:])
@@ -81,6 +85,7 @@ def main() -> None:
             whitened = kept(profiles, params)
             table.insert(0, "dims", [profiles.n_vars if v == "base" else whitened for v in table["variant"]])
             table.insert(0, "n_components", str(n))
+            table.insert(0, "outlier_cutoff", str(cutoff))
             table.insert(0, "standardize", str(standardize))
             rows.append(table)
             print(table.to_string(index=False), f"\n({time.perf_counter() - t1:.0f} s)", flush=True)
@@ -89,9 +94,11 @@ def main() -> None:
     with pd.option_context("display.width", 250, "display.max_colwidth", 60):
         print(f"\n{table.to_string(index=False)}\n{took / 60:.1f} min")
     if args.docs:
-        head = (f"`python benchmarks/profile_components.py --docs` (the demo screen, {profiles.n_obs} tiles x "
-                f"{profiles.n_vars} cp_measure features; `drop_constant: true`, without and with `standardize: controls`; seeds {args.seeds}; means over "
-                f"genes with 95% bootstrap intervals; {took / 60:.0f} min on this machine)")
+        given = " --profiles P" if args.profiles else ""
+        head = (f"`python benchmarks/profile_components.py{given} --docs` (the demo screen, {profiles.n_obs} tiles "
+                f"x {profiles.n_vars} cp_measure features; `drop_constant: true`, without and with `standardize: "
+                f"controls`, then `outlier_cutoff: 500`; seeds {args.seeds}; means over genes with 95% bootstrap "
+                f"intervals; {took / 60:.0f} min on this machine)")
         write_block(DOCS / "models.md", "profiles-components", f"{head}\n\n{markdown(table)}")
 
 

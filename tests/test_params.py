@@ -186,6 +186,7 @@ def _screen(n=120, d=5, seed=0):
 # A different valid value for every transform parameter.
 OTHER = {"fit_on": "all", "fit_fraction": 0.8, "standardize": "controls", "n_components": 3, "eig_floor": 1e-3,
          "batch_correction": "center_scale", "batch_stage": "after", "batch_key": "plate", "drop_constant": True,
+         "outlier_cutoff": 5.0,
          "ica_backend": "sklearn", "ica_fit_on": "all", "ica_max_samples": 50, "ica_max_iter": 3, "ica_tol": 1e-2,
          "ica_device": "cpu", "sphering_epsilon": 0.5, "harmony_theta": 0.5, "harmony_max_iter": 2, "seed": 5,
          "rotation_seed": 7, "position_correction": True, "position_table": "positions.csv"}

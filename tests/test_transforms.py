@@ -111,6 +111,32 @@ def test_constant_features_and_unknown_variant():
         make_transform("ica")
 
 
+def test_robust_z_max_by_hand():
+    from cellica.transform.base import robust_z_max
+
+    x = np.array([[1, 0, 5], [2, 0, 5], [3, 0, 5], [4, 0, 5], [100, 1, 5]], dtype=float)
+    # column 0: median 3, deviations 2 1 0 1 97, MAD 1 -> 97 / 1.4826; column 1: MAD 0 but a 1 -> inf;
+    # column 2: constant -> 0
+    np.testing.assert_allclose(robust_z_max(x), [97 / 1.4826, np.inf, 0.0])
+
+
+def test_outlier_cutoff_drops_heavy_tailed_features():
+    data, _ = screen()
+    x = np.asarray(data.X).copy()
+    ctrl = np.flatnonzero(data.obs["is_control"].to_numpy())
+    x[ctrl[::10], 1] = 1e6  # a tenth of the controls: median and MAD unmoved, the maximum far beyond
+    data.X = x
+    kept = make_transform("pca", TransformParams(outlier_cutoff=500)).fit(data)
+    assert kept.arrays["keep"].tolist() == [True, False, True, True]
+    assert make_transform("pca").fit(data).arrays["keep"].all()  # the default keeps every feature
+    assert make_transform("sphering", TransformParams(outlier_cutoff=500)).fit_transform(data).var_names.tolist() \
+        == ["f0", "f2", "f3"]
+    with pytest.raises(CellicaError, match="every feature is beyond outlier_cutoff"):
+        make_transform("pca", TransformParams(outlier_cutoff=1e-9)).fit(data)
+    with pytest.raises(CellicaError, match="outlier_cutoff"):
+        TransformParams(outlier_cutoff=0)
+
+
 def test_save_load_apply_and_dimension_mismatch(tmp_path):
     data, _ = screen()
     for variant in ("base", "pca", "pca_ica", "pca_rand", "sphering"):

@@ -63,7 +63,8 @@ def fit_control_mask(obs: pd.DataFrame, fraction: float, seed: int, batch_key: s
 
 
 def check_constant(x: np.ndarray, names: list[str], p: TransformParams, source: str) -> np.ndarray:
-    """Boolean mask of the features to keep; constant ones are an error unless drop_constant."""
+    """Boolean mask of the features to keep; constant ones are an error unless drop_constant, and
+    with ``outlier_cutoff`` features beyond it in robust z-units (:func:`robust_z_max`) are dropped."""
     const = x.std(axis=0) <= 1e-12 * max(1.0, float(np.abs(x).max()))
     if const.any():
         listed = [names[i] for i in np.flatnonzero(const)[:5]]
@@ -73,7 +74,30 @@ def check_constant(x: np.ndarray, names: list[str], p: TransformParams, source: 
                 "they carry no information and cannot be scaled: set drop_constant: true to drop them (recorded)"
             )
         log.warning("dropping %d constant feature(s), e.g. %s", int(const.sum()), listed)
-    return ~const
+    keep = ~const
+    if p.outlier_cutoff is not None:
+        beyond = keep & (robust_z_max(x) > p.outlier_cutoff)
+        if beyond.any():
+            listed = [names[i] for i in np.flatnonzero(beyond)[:5]]
+            log.warning("dropping %d feature(s) beyond %g robust z-units on the fit set, e.g. %s",
+                        int(beyond.sum()), p.outlier_cutoff, listed)
+        keep &= ~beyond
+        if not keep.any():
+            raise CellicaError(f"{source}: every feature is beyond outlier_cutoff {p.outlier_cutoff} on the fit set; "
+                               "raise it or set it to null")
+    return keep
+
+
+def robust_z_max(x: np.ndarray) -> np.ndarray:
+    """Per feature, the largest |x - median| / (1.4826 MAD) over the rows: inf where the MAD is 0
+    (over half the rows share one value) but some row differs, 0 where every row is equal."""
+    x = np.asarray(x, dtype=np.float64)
+    med = np.median(x, axis=0)
+    dev = np.abs(x - med)
+    mad = 1.4826 * np.median(dev, axis=0)
+    worst = dev.max(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(mad > 0, worst / mad, np.where(worst > 0, np.inf, 0.0))
 
 
 # ---------------------------------------------------------------------- estimators

@@ -66,6 +66,11 @@ class TransformParams(Params):
     batch_key: str = param("batch", "Metadata column naming the batch.")
     drop_constant: bool = param(False, "Drop features that are constant on the fit set (recorded) instead of "
                                 "stopping with an error.")
+    outlier_cutoff: float | None = param(None, "Drop features whose largest robust z-score on the fit set, |x - "
+                                         "median| / (1.4826 MAD), exceeds this (a feature with zero MAD that "
+                                         "varies at all counts as beyond it); the mask is recorded. For "
+                                         "CellProfiler-style profiles, whose higher-order moments are heavy-tailed: "
+                                         "pycytominer's drop_outliers uses 500. null: keep every feature.", gt=0)
     ica_backend: str = like(IcaParams, "backend")
     ica_fit_on: str = param("controls", "Samples the ICA is fit on. Controls: where the whitening holds. All: the "
                             "fit set is re-whitened first (logged).", choices=("controls", "all"))

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 # Every variant splits the controls into fitting and held-back ones, and may standardise and
 # correct well positions first (cellica.transform.files).
 _SPLIT = ("fit_fraction", "seed", "batch_key", "standardize", "position_correction", "position_table")
-_PCA = _SPLIT + ("fit_on", "n_components", "eig_floor", "batch_correction", "batch_stage", "drop_constant")
+_PCA = _SPLIT + ("fit_on", "n_components", "eig_floor", "batch_correction", "batch_stage", "drop_constant",
+                 "outlier_cutoff")
 _ICA = ("ica_backend", "ica_fit_on", "ica_max_samples", "ica_max_iter", "ica_tol", "ica_device")
 
 
@@ -35,10 +36,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("pca_rand", "PCA whitening, then a Haar-random rotation (the control for ICA's rotation)",
             "PCARandom", _PCA, seeded=True),
     Variant("sphering", "ZCA whitening on the controls (pycytominer Spherize)", "Sphering",
-            _SPLIT + ("drop_constant", "sphering_epsilon"), role="comparator"),
+            _SPLIT + ("drop_constant", "outlier_cutoff", "sphering_epsilon"), role="comparator"),
     Variant("harmony", "Harmony on the control-PCA scores", "Harmony",
             _PCA + ("harmony_theta", "harmony_max_iter"), seeded=True, role="comparator"),
-    Variant("combat", "ComBat (scanpy) on the features", "Combat", _SPLIT + ("drop_constant",),
+    Variant("combat", "ComBat (scanpy) on the features", "Combat", _SPLIT + ("drop_constant", "outlier_cutoff"),
             role="comparator"),
 )}
 VARIANT_NAMES = tuple(VARIANTS)
