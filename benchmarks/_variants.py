@@ -22,7 +22,9 @@ PAPER_VARIANTS = [name for name, v in VARIANTS.items() if v.role == "paper"]
 
 def evaluate_variants(emb, seeds: list[int], transform: TransformParams, truth=None, genes: bool = True,
                       threads: int = 2, variants: list[str] | None = None) -> pd.DataFrame:
-    """Summary table (:func:`cellica.evaluate.summary.summary_table`) of the paper's variants of ``emb``.
+    """Summary table (:func:`cellica.evaluate.summary.summary_table`) of the paper's variants of
+    ``emb``; ``.attrs["dims"]`` holds each variant's feature count (a variance share of
+    ``n_components`` keeps as many components as it needs).
 
     ``transform`` holds every transform setting but the rotation seed, which follows ``seeds``;
     ``genes=False`` skips the per-gene classifiers (a screen of controls only); ``truth`` is a
@@ -40,7 +42,9 @@ def evaluate_variants(emb, seeds: list[int], transform: TransformParams, truth=N
     batch, activity = variant_metrics(features, params, truth)
     per_gene = pd.concat(per_gene, ignore_index=True) if per_gene else \
         pd.DataFrame(columns=["variant", "gene", "seed", "skipped", "split", "auroc_mean", "n_features"])
-    return summary_table(per_gene, batch, activity, params.n_boot, params.seed)
+    summary = summary_table(per_gene, batch, activity, params.n_boot, params.seed)
+    summary.attrs["dims"] = {variant: fit.n_vars for variant, fit in features.items()}
+    return summary
 
 
 def variant_text(s: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:

@@ -8,8 +8,8 @@ Without ``--store`` it simulates the demo screen; without ``--profiles`` it meas
 profiles (``profiles`` defaults, nuclei on the first channel: ~5 minutes on one core).
 Each setting keeps ``transform.drop_constant: true`` (as for any CellProfiler-style table),
 without and with ``transform.standardize: controls``, and with ``transform.outlier_cutoff:
-500`` added (features beyond 500 robust z-units on the fit controls dropped), and fits the DAG's transforms, classifiers and summary in this process
-(:mod:`_variants`): per-gene held-out AUROC, Hoyer sparsity (means over genes, 95%
+500`` added (features beyond 500 robust z-units on the fit controls dropped), and fits the
+DAG's transforms, classifiers and summary in this process (:mod:`_variants`): per-gene held-out AUROC, Hoyer sparsity (means over genes, 95%
 bootstrap intervals), the true factors' probe R^2 and the controls' batch accuracy.
 A fraction (``0.9``) keeps the components explaining that share of the control variance;
 ``dims`` says how many that was.
@@ -36,7 +36,6 @@ from cellica.store.params import SimulationParams
 from cellica.store.simulate import simulate_screen
 from cellica.store.tilestore import TileStore
 from cellica.transform.params import TransformParams
-from cellica.transform.variants import make_transform
 
 DEMO = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
 # (standardize, outlier_cutoff): as measured, z-scored on the fit controls first, and then also
@@ -50,12 +49,6 @@ def components(text: str) -> list[int | float]:
     return [float(v) if "." in v else int(v) for v in text.split(",")]
 
 
-def kept(profiles, params: TransformParams) -> int:
-    """Whitened components a setting keeps (a variance share keeps as many as it needs); the
-    rotations keep PCA's."""
-    return int(make_transform("pca", params).fit(profiles).info["n_components"])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", default=None, help="a simulated store (default: simulate the demo screen)")
@@ -65,6 +58,7 @@ def main() -> None:
     ap.add_argument("--docs", action="store_true")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    counts = components(args.components)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -74,16 +68,15 @@ def main() -> None:
         profiles = ad.read_h5ad(args.profiles) if args.profiles else profile_store(store_path, None, ProfileParams())
         measured = time.perf_counter() - t0
         print(f"{profiles.n_obs} tiles x {profiles.n_vars} profile features ({measured:.0f} s)", flush=True)
-        for (standardize, cutoff), n in product(SETTINGS, components(args.components)):
+        for (standardize, cutoff), n in product(SETTINGS, counts):
             t1 = time.perf_counter()
             params = TransformParams(n_components=n, drop_constant=True, standardize=standardize,
                                      outlier_cutoff=cutoff)
             # base does not depend on n_components: evaluated once per standardisation
             summary = evaluate_variants(profiles, seeds, params, truth=truth,
-                                        variants=None if n == components(args.components)[0] else PAPER_VARIANTS[1:])
+                                        variants=None if n == counts[0] else PAPER_VARIANTS[1:])
             table = variant_text(summary, METRICS)
-            whitened = kept(profiles, params)
-            table.insert(0, "dims", [profiles.n_vars if v == "base" else whitened for v in table["variant"]])
+            table.insert(0, "dims", table["variant"].map(summary.attrs["dims"]))
             table.insert(0, "n_components", str(n))
             table.insert(0, "outlier_cutoff", str(cutoff))
             table.insert(0, "standardize", str(standardize))

@@ -56,7 +56,8 @@ def featurizer_config(channels: list[str], p: ProfileParams, scale_max: int) -> 
                                   **flags)
 
 
-def measure_tiles(tiles: np.ndarray, nuclei: int, p: ProfileParams, config: dict, scale_max: int) -> tuple[np.ndarray, list[str], np.ndarray, int]:
+def measure_tiles(tiles: np.ndarray, nuclei: int, p: ProfileParams, config: dict,
+                  scale_max: int) -> tuple[np.ndarray, list[str], np.ndarray, int]:
     """Profiles of a batch of tiles (B, C, H, W): the mean over each tile's nuclei; also the
     feature names, the nuclei per tile (0: measured whole) and the NaN features set to 0."""
     from cp_measure.featurizer import featurize
