@@ -78,7 +78,15 @@ def test_ingest_png_8bit_with_percentile_normalisation(tmp_path):
         (lambda m, root: m.assign(path=m.path.where(m.index != m.index[0], "nope.tif")), "nope.tif is missing"),
         (lambda m, root: m[~((m.well == "A02") & (m.channel == "ER"))], r"lacks declared channel\(s\) \['ER'\]"),
         (lambda m, root: m.assign(gene="G1"), "control_label 'ctrl' matches no perturbation"),
-        (lambda m, root: pd.concat([m, m.iloc[:1]]), "several files for field"),
+        (lambda m, root: pd.concat([m, m.iloc[:1]]), "is listed more than once"),
+        # one image file pointed at two channels of a field: the stored channels would be identical
+        (lambda m, root: m.sort_values(["plate", "well", "channel"], ignore_index=True).pipe(
+            lambda d: d.assign(path=d.path.where(d.index != 1, d.path.iloc[0]))),
+         r"image file 'P1_A01_s1_.*' is listed more than once \(rows \[2, 3\]\)"),
+        # the channel rows of one field disagree on its perturbation
+        (lambda m, root: m.sort_values(["plate", "well", "channel"], ignore_index=True).pipe(
+            lambda d: d.assign(gene=d.gene.where(d.index != 1, "G9"))),
+         r"channel rows of field .* disagree on 'perturbation' \(rows \[2, 3, 4\]\)"),
     ],
 )
 def test_bad_manifests(tmp_path, mutate, match):

@@ -114,7 +114,7 @@ def test_verify_passes_on_a_good_store_and_catches_changed_metadata(store_copy, 
     meta.loc[0, "perturbation"] = "EDITED"
     meta.to_parquet(store_copy / "metadata.parquet", index=False)
     code, err = cli(capsys, "inspect", str(store_copy), "--verify")
-    assert code == 2 and "differ from the digest recorded" in one_line(err)
+    assert code == 2 and "metadata.parquet is not the one written with this store" in one_line(err)
 
 
 # ---------------------------------------------------------------------- safe replace
@@ -190,7 +190,7 @@ def test_two_simulate_runs_to_one_path(tmp_path):
 
 
 def test_paired_outputs_are_committed_together(tmp_path, monkeypatch, caplog):
-    a, b = tmp_path / "features.h5ad", tmp_path / "features.npz"
+    a, b = tmp_path / "features.txt", tmp_path / "features.dat"  # any kind: this is the commit mechanism
     with atomic_outputs([a, b], overwrite=True) as (ta, tb):
         ta.write_text("a1")
         tb.write_text("b1")
@@ -254,6 +254,8 @@ def test_paths_with_spaces_and_shell_syntax_run_nothing(tmp_path):
 
 # ---------------------------------------------------------------------- inputs as declared
 def test_inputs_are_read_as_declared(tmp_path, caplog):
+    import logging
+
     from cellica.embed.features import import_features
     from cellica.embed.params import FeatureTableParams
     from cellica.transform.params import TransformParams
@@ -266,9 +268,10 @@ def test_inputs_are_read_as_declared(tmp_path, caplog):
     with pytest.raises(CellicaError, match=r"1 row\(s\) repeat another row exactly .* first at row 5"):
         import_features(tmp_path / "t.csv", params=params)
     t.iloc[:3].to_csv(tmp_path / "t.csv", index=False)
+    caplog.set_level(logging.INFO, logger="cellica")
     adata = import_features(tmp_path / "t.csv", params=params)
     assert adata.var_names.tolist() == ["f0"] and "site" in adata.obs  # a numeric site stays metadata
-    assert "look like plate-layout metadata" in caplog.text and "1 feature column(s) (f0)" in caplog.text
+    assert "look like plate-layout metadata" in caplog.text and "1 feature column(s), f0; 6 metadata column(s): plate, well, batch, pert, ctrl, site" in caplog.text
     with pytest.raises(CellicaError, match="whole count"):
         TransformParams(n_components=8.7).validate()
 

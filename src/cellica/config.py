@@ -14,8 +14,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
 from typing import Any
 
+from cellica.core.errors import CellicaError
 from cellica.core.params import Kind, Params, param, section_schema, show
 from cellica.embed.params import EmbedParams, FeatureTableParams, ProfileParams, TrainParams
 from cellica.evaluate.params import EvalParams
@@ -171,6 +173,93 @@ def _explain(error) -> str:
         return (f"config key {where}: {show(error.instance)!r} is not allowed; choose one of "
                 f"{', '.join(map(show, error.validator_value))}")
     return f"config key {where}: {error.message}"
+
+
+MAX_CONFIG_VALUES = 100_000  # a real config has a few hundred; YAML aliases can make billions
+
+
+def check_config_size(config: Any, limit: int = MAX_CONFIG_VALUES) -> None:
+    """Refuse a config that expands to more than ``limit`` values (a YAML alias bomb), counted
+    without expanding it: each node's size is computed once, however often it is referenced."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        sizes[key] = limit + 1  # a cycle counts as too big
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list | tuple) else ()
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > limit:
+                break
+        sizes[key] = total
+        return total
+
+    if size(config) > limit:
+        raise CellicaError(f"the configuration expands to more than {limit:,} values (YAML aliases and anchors "
+                           "repeated within each other?); write the values out")
+
+
+def _input_file_readers() -> dict[tuple[str, str], Any]:
+    """Config keys that name input files, each with the reader its job uses for small tables
+    (``None``: the file must exist; the job reads it): all checked before any job runs."""
+    from cellica.maps.annotations import load_pair_file
+    from cellica.maps.arms import read_gene_table
+    from cellica.transform.layout import read_positions
+
+    return {("ingest", "manifest"): None, ("features", "path"): None, ("features", "truth"): None,
+            ("mae", "checkpoint"): None, ("transform", "position_table"): read_positions,
+            ("maps", "arm_table"): lambda p: read_gene_table(p, ("gene", "arm")),
+            ("maps", "unexpressed_genes"): lambda p: read_gene_table(p, ("gene",)),
+            ("maps", "annotation_file"): load_pair_file}
+
+
+def config_rules(config: dict[str, Any]) -> str | None:
+    """Every rule the schema cannot state, checked on the validated config (defaults filled)
+    before any job runs: each section's parameters built as its command will build them (their
+    bounds and cross-key checks), and the rules between sections. One line per problem."""
+    problems = []
+    unused = {name for name in ("simulate", "ingest", "features") if name != config["source"]}
+    for section, classes in SECTIONS.items():
+        if section in unused:  # its required keys may be unset, and no job reads it
+            continue
+        values = config.get(section) or {}
+        for cls in classes:
+            names = {f.name for f in dataclasses.fields(cls)}
+            try:
+                cls(**{k: v for k, v in values.items() if k in names})
+            except CellicaError as exc:
+                problems.append(f"config key {exc}")
+            except TypeError:  # a required key without a value
+                missing = [f.name for f in dataclasses.fields(cls) if f.name not in values
+                           and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+                problems.append(f"config key {section}.{missing[0] if missing else '?'}: required when source is "
+                                f"{config['source']!r}")
+    from cellica.core.remote import is_url
+
+    for (section, key), reader in _input_file_readers().items():
+        path = (config.get(section) or {}).get(key)
+        if section in unused or not path or is_url(str(path)):
+            continue
+        if not os.path.exists(path):
+            problems.append(f"config key {section}.{key}: {path} does not exist (relative paths are read from "
+                            f"{os.getcwd()})")
+        elif reader is not None:
+            try:
+                reader(path)
+            except CellicaError as exc:
+                problems.append(f"config key {section}.{key}: {exc}")
+    if config["profiles"]["enabled"] and (config["source"] == "features" or config["stability"]["enabled"]):
+        problems.append("profiles.enabled measures the tiles of an image source (simulate or ingest) instead of "
+                        "training an MAE: it cannot go with source: features or stability.enabled")
+    if config["stability"]["enabled"] and config["source"] == "features":
+        problems.append("stability.enabled needs an image source (simulate or ingest): there is no MAE to train "
+                        "twice when source is 'features'")
+    if config["stability"]["enabled"] and config["mae"]["checkpoint"]:
+        problems.append("stability.enabled trains the MAE with two seeds: it cannot use mae.checkpoint")
+    return "\n".join(dict.fromkeys(problems)) or None
 
 
 def apply_overrides(config: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,9 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from cellica.config import apply_overrides, command_args, config_problem, config_sources, provenance
+from cellica.config import (apply_overrides, check_config_size, command_args, config_problem, config_rules,
+                            config_sources, provenance)
+from cellica.core.errors import CellicaError
 from cellica.embed.params import EmbedParams, FeatureTableParams, ProfileParams, TrainParams
 from cellica.evaluate.params import EvalParams
 from cellica.identify.params import AlignParams
@@ -21,11 +23,19 @@ from cellica.transform.registry import VARIANTS as VARIANT_REGISTRY, seeded_vari
 
 
 # `--config section='{key: value}'` arrives as text: read it with each key's type first.
+try:
+    check_config_size(config)  # before anything walks it: a YAML alias bomb stops here
+except CellicaError as exc:
+    raise WorkflowError(f"invalid configuration: {exc}") from None
 apply_overrides(config)
 _problem = config_problem(config)
 if _problem:
     raise WorkflowError(f"invalid configuration:\n{_problem}")
 validate(config, schema="../schemas/config.schema.yaml")  # also fills in the defaults
+# Everything a job would refuse later, refused now: each section's bounds and cross-key rules.
+_problem = config_rules(config)
+if _problem:
+    raise WorkflowError(f"invalid configuration:\n{_problem}")
 
 RESULTS = config["results_dir"]
 REPORTS = config["reports_dir"]
@@ -62,14 +72,6 @@ N_PAGE_CHUNKS = config["report"]["chunks"]
 ENTITY = entity_label(config["source"], config["features"]["column_map"])
 STABILITY = f"{RESULTS}/stability"
 ALIGNMENT = f"{STABILITY}/alignment.parquet"
-if config["profiles"]["enabled"] and (config["source"] == "features" or config["stability"]["enabled"]):
-    raise WorkflowError("profiles.enabled measures the tiles of an image source (simulate or ingest) instead of "
-                        "training an MAE: it cannot go with source: features or stability.enabled")
-if config["stability"]["enabled"] and config["source"] == "features":
-    raise WorkflowError("stability.enabled needs an image source (simulate or ingest): there is no MAE to train "
-                        "twice when source is 'features'")
-if config["stability"]["enabled"] and config["mae"]["checkpoint"]:
-    raise WorkflowError("stability.enabled trains the MAE with two seeds: it cannot use mae.checkpoint")
 # Short hash of the validated config (defaults filled): every report number cites it.
 CONFIG_FILE = (workflow.overwrite_configfiles or [DEMO_CONFIG])[-1]
 CONFIG_HASH = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import sys
 
-from cellica.cli.parser import build_parser
+from cellica.cli.parser import build_parser, paths_by_role
 from cellica.core.errors import CellicaError
 from cellica.core.logs import configure
+from cellica.core.paths import check_disjoint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     configure(ns.log_level)
     debug = ns.debug or os.environ.get("CELLICA_DEBUG", "") not in ("", "0")
     try:
+        check_disjoint(*paths_by_role(ns))  # before anything is read or written
         ns.func(ns)
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): nothing more to say, and nothing to flush.

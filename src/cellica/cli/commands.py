@@ -30,7 +30,10 @@ def ingest(ns: argparse.Namespace) -> None:
 def inspect(ns: argparse.Namespace) -> None:
     from cellica.store.tilestore import TileStore
 
-    print(TileStore.open(ns.store).describe(verify=ns.verify, max_stat_tiles=ns.stat_tiles, max_rows=ns.max_rows))
+    store = TileStore.open(ns.store)
+    text = store.describe(verify=ns.verify, max_stat_tiles=ns.stat_tiles, max_rows=ns.max_rows)
+    store.check_unchanged()
+    print(text)
 
 
 def train_mae(ns: argparse.Namespace) -> None:

@@ -18,6 +18,30 @@ TRUTH = ("--truth", {"default": None, "help": "simulated tile store, or a table 
                      "sample_id: add ground-truth columns"})
 
 
+# Every option that names a file, by role (the destinations argparse gives them): no output may
+# equal, lie inside or contain an input (cellica.core.paths.check_disjoint, run by cellica.cli.app
+# before any command). tests/test_cli.py checks that every option of every command is classified.
+OUTPUT_OPTIONS = frozenset({"out", "model_out", "importances_out", "wells_out", "activity_out", "consistency_out",
+                            "differences_out", "checkpoint_dir"})
+INPUT_OPTIONS = frozenset({"store", "manifest", "checkpoint", "shards", "table", "input", "apply", "features",
+                           "per_gene", "importances", "batch", "activity", "truth", "recall", "recall_differences",
+                           "consistency", "maps", "a", "b", "summary", "benchmarks", "config", "alignment",
+                           "arm_table", "annotation_file", "position_table", "unexpressed_genes"})
+
+
+def paths_by_role(ns: argparse.Namespace) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The (option, path) pairs of a parsed command: its inputs and its outputs."""
+    def pairs(names):
+        out = []
+        for name in sorted(names):
+            value = getattr(ns, name, None)
+            for v in value if isinstance(value, list | tuple) else [value]:
+                if isinstance(v, str) and v and v != "null":
+                    out.append((name if len(name) == 1 else f"--{name.replace('_', '-')}", v))
+        return out
+    return pairs(INPUT_OPTIONS), pairs(OUTPUT_OPTIONS)
+
+
 def _params(module: str, name: str):
     import importlib
 

@@ -19,6 +19,7 @@ from cellica.core.atomic import atomic_output
 from cellica.core.contracts import as_bool
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.core.names import check_case_collisions
 
 log = get_logger("adata")
 
@@ -46,6 +47,7 @@ def check_obs(obs: pd.DataFrame, source: str) -> pd.DataFrame:
             raise CellicaError(f"{source}: column {col!r} has {int(obs[col].isna().sum())} empty value(s)")
         obs[col] = obs[col].astype(str)
     obs["is_control"] = as_bool(obs["is_control"], source)
+    check_case_collisions(obs["perturbation"].unique(), source)
     if not obs.index.is_unique:
         dup = obs.index[obs.index.duplicated()][:5].tolist()
         raise CellicaError(f"{source}: sample ids are not unique, e.g. {dup}")

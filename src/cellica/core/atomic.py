@@ -32,11 +32,16 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def check_can_write(path: str | os.PathLike, overwrite: bool) -> Path:
-    """Refuse to replace an existing output unless ``overwrite`` is set."""
+def check_can_write(path: str | os.PathLike, overwrite: bool, kind: str | None = None) -> Path:
+    """Refuse to replace an existing output unless ``overwrite`` is set, and even then unless
+    it is of the output's own kind; refuse any output inside a tile store
+    (:func:`cellica.core.paths.check_output`)."""
+    from cellica.core.paths import check_output
+
     path = Path(path)
     if path.exists() and not overwrite:
         raise CellicaError(f"{path} already exists; pass --overwrite to replace it")
+    check_output(path, kind)
     return path
 
 
@@ -170,7 +175,11 @@ def atomic_outputs(paths: Sequence[str | os.PathLike], overwrite: bool = False) 
     The renames are listed in a journal beside every output first; a kill between
     them is completed (rolled forward) by the next write of any of the outputs.
     """
+    from cellica.core.paths import check_output
+
     finals = [Path(p) for p in paths]
+    for p in finals:  # before the lock file and any folder are made beside it
+        check_output(p)
     with contextlib.ExitStack() as stack:
         for p in sorted(set(finals), key=str):  # one order: no deadlock between writers
             stack.enter_context(output_lock(p))
@@ -241,19 +250,24 @@ def write_parquets(tables: Sequence, paths: Sequence[str | os.PathLike]) -> list
     return [Path(p) for p in paths]
 
 
-def read_parquet(path: str | os.PathLike, what: str = "table", columns: list[str] | None = None,
-                 filters: list | None = None):
+def read_parquet(path, what: str = "table", columns: list[str] | None = None,
+                 filters: list | None = None, label: str | None = None):
     """Read a parquet table (optionally only ``columns``, and only the rows passing pyarrow
     ``filters``, e.g. ``[("gene", "in", genes)]``: neither is read into memory otherwise);
-    a missing or corrupt file is a :class:`CellicaError` naming it."""
+    a missing or corrupt file is a :class:`CellicaError` naming it. ``path`` may also be a
+    file object of bytes already read (and checked), with ``label`` naming it in messages."""
     import pandas as pd
 
     from cellica.core.remote import as_path, redact
 
-    path = as_path(path)  # a local path or an fsspec URL (pandas reads those through fsspec)
-    if not path.is_file():
-        raise CellicaError(f"{what} {redact(path)} does not exist")
+    if hasattr(path, "read"):
+        source, shown = path, label or "<bytes>"
+    else:
+        path = as_path(path)  # a local path or an fsspec URL (pandas reads those through fsspec)
+        if not path.is_file():
+            raise CellicaError(f"{what} {redact(path)} does not exist")
+        source, shown = str(path), redact(path)
     try:
-        return pd.read_parquet(str(path), columns=columns, filters=filters)
+        return pd.read_parquet(source, columns=columns, filters=filters)
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise CellicaError(f"{what} {redact(path)} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise CellicaError(f"{what} {shown} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None

@@ -1,9 +1,12 @@
-"""Turning user-supplied names (genes, plates) into safe file names."""
+"""User-supplied names (genes, plates): safe file names, and names that would collide."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
+
+from cellica.core.errors import CellicaError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -27,3 +30,15 @@ def safe_filename(name: object, max_len: int = 80) -> str:
     cleaned = _UNSAFE.sub("_", text).strip("._") or "unnamed"
     digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
     return f"{cleaned[:max_len]}-{digest}"
+
+
+def check_case_collisions(names: Iterable[object], where: str, what: str = "perturbation names") -> None:
+    """Refuse two distinct names that differ only by case (``TP53``, ``tp53``): gene symbols are
+    case-sensitive, so the gene maps' pair lists would match them ambiguously. Checked where
+    names enter (tile metadata, features), so no later stage meets them after hours of work."""
+    seen: dict[str, str] = {}
+    for name in dict.fromkeys(map(str, names)):
+        other = seen.setdefault(name.upper(), name)
+        if other != name:
+            raise CellicaError(f"{where}: {what} {other!r} and {name!r} differ only by case; rename one "
+                               "(symbols are case-sensitive, so later stages could not tell them apart)")

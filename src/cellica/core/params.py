@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import math
 import numbers
 import types
 import typing
@@ -178,6 +179,8 @@ def _check_scalar(name: str, value: Any, kind: str, meta: typing.Mapping[str, An
           "str|int": isinstance(value, str | numbers.Integral) and not isinstance(value, bool)}.get(kind, True)
     if not ok:
         raise CellicaError(f"{name}: expected {_JSON.get(kind, kind)}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise CellicaError(f"{name}: must be a finite number, got {value!r}")
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         raise CellicaError(f"{name}: {value!r} is not allowed; choose one of {', '.join(map(show, choices))}")

@@ -23,4 +23,6 @@ def read_text_table(path: str | os.PathLike, columns: tuple[str, ...], what: str
     if missing:
         raise CellicaError(f"{path}: {label}lacks column(s) {', '.join(missing)} (columns: "
                            f"{', '.join(map(str, table.columns))})")
+    if table.empty:
+        raise CellicaError(f"{path}: the {what or 'table'} has a header but no rows")
     return table

@@ -108,10 +108,11 @@ def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, ou
                                            p.adapt_channels, p.normalization, store_label=str(store.path))
     model = model.to(device).eval()
     block = model.block_index(p.block)  # before any tile is read: an index out of range stops here
-    data = TileBlocks(store.path, np.arange(start, stop), normalizer, p.batch_size)
+    data = TileBlocks(store.path, np.arange(start, stop), normalizer, p.batch_size, generation=store.generation)
     t0 = time.perf_counter()
     x = _encode_all(model, data, p, device, (i, n, start, stop))
     seconds = time.perf_counter() - t0
+    store.check_unchanged()  # replaced during the read: fail, never label new pixels with old rows
     obs = store.metadata.iloc[start:stop].set_index("tile_id", drop=False)
     bad = ~np.isfinite(x).all(axis=1)
     if bad.any():

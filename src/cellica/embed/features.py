@@ -57,15 +57,32 @@ def import_features(path: str | os.PathLike, out: str | os.PathLike | None = Non
     return adata
 
 
+# Names of identifiers, not measurements: pandas' saved index, row numbers, ids. An inferred
+# feature set refuses them unless the user names them (features.columns or extra_metadata).
+ID_LIKE = re.compile(r"^(Unnamed: ?\d+|index|level_\d+|__index_level_\d+__|id|[A-Za-z]*Number|.*_id|[A-Za-z]+Id)$",
+                     re.IGNORECASE)
+
+
 def _split_columns(header: pd.DataFrame, p: FeatureTableParams, path: Path) -> tuple[list[str], list[str]]:
     """The metadata columns (declared, matching the regex, or named like plate layout) and
-    the feature columns, from the table's header."""
+    the feature columns, from the table's header (or exactly ``p.columns`` when given)."""
+    import fnmatch
+
     absent = [src for src in p.column_map.values() if src not in header.columns]
     if absent:
         raise CellicaError(f"features table {path}: column_map names missing column(s) {absent}")
     regex = re.compile(p.metadata_regex) if p.metadata_regex else None
     mapped = set(p.column_map.values())
     declared = {*mapped, *p.extra_metadata, *OBS_REQUIRED, *([p.id_column] if p.id_column else [])}
+    if p.columns:
+        features = [c for c in header.columns if c not in declared
+                    and any(fnmatch.fnmatchcase(str(c), pat) for pat in p.columns)]
+        unmatched = [pat for pat in p.columns if not any(fnmatch.fnmatchcase(str(c), pat) for c in features)]
+        if unmatched:
+            raise CellicaError(f"features table {path}: features.columns entr{'y' if len(unmatched) == 1 else 'ies'}"
+                               f" {unmatched[:5]} match no column (it has {len(header.columns)}: "
+                               f"{list(header.columns[:6])} ...)")
+        return [c for c in header.columns if c not in features], features
     is_meta = [c in declared or (regex is not None and bool(regex.search(c))) for c in header.columns]
     # Layout columns are never features, whatever their type (a numeric `site` would otherwise
     # become one): they are kept as metadata, and the log says so.
@@ -75,6 +92,11 @@ def _split_columns(header: pd.DataFrame, p: FeatureTableParams, path: Path) -> t
                     "not features (declare them in extra_metadata to silence this)", path, layout)
         is_meta = [m or c in layout for c, m in zip(header.columns, is_meta, strict=True)]
     features = [c for c, m in zip(header.columns, is_meta, strict=True) if not m]
+    ids = [c for c in features if ID_LIKE.match(str(c))]
+    if ids:
+        raise CellicaError(f"features table {path}: column(s) {ids[:6]} look like identifiers, not features "
+                           "(a saved index, a row number or an id); declare them in features.extra_metadata, or "
+                           "list the feature columns in features.columns")
     return [c for c in header.columns if c not in features], features
 
 
@@ -116,8 +138,9 @@ def _table_to_adata(table: Table, p: FeatureTableParams, path: Path):
             raise CellicaError(f"features table {path}: {n_dup} row(s) repeat another row exactly "
                                f"(metadata and features), first at row {first + 2}; "
                                "drop the duplicates, or give an id_column if they are distinct samples")
-    log.info("features table %s: %d feature column(s) (%s%s); metadata: %s", path, len(feature_cols),
-             ", ".join(feature_cols[:5]), ", ..." if len(feature_cols) > 5 else "", meta_cols[:12])
+    log.info("features table %s: %d feature column(s), %s; %d metadata column(s): %s", path, len(feature_cols),
+             feature_cols[0] if len(feature_cols) == 1 else f"{feature_cols[0]} ... {feature_cols[-1]}",
+             len(meta_cols), ", ".join(map(str, meta_cols)))
     if bad_cols.any():
         nan_cols = [c for c, bad in zip(feature_cols, bad_cols, strict=True) if bad]
         raise CellicaError(f"features table {path}: NaN/Inf in feature column(s) {nan_cols[:5]} "

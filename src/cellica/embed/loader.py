@@ -37,10 +37,14 @@ class TileBlocks(IterableDataset):
         shuffled with this seed (training; pass a new seed per epoch).
     buffer_blocks
         Blocks mixed together when shuffling.
+    generation
+        The store generation the caller opened (:attr:`TileStore.generation`): a worker that
+        finds another (the store was replaced meanwhile) fails instead of mixing two stores.
     """
 
     def __init__(self, store_path: str | os.PathLike, indices: np.ndarray, normalizer: TileNormalizer,
-                 batch_size: int, shuffle_seed: int | None = None, buffer_blocks: int = 4):
+                 batch_size: int, shuffle_seed: int | None = None, buffer_blocks: int = 4,
+                 generation: str | None = None):
         super().__init__()
         self.store_path = str(store_path)
         self.indices = np.asarray(indices, dtype=np.int64)
@@ -48,6 +52,7 @@ class TileBlocks(IterableDataset):
         self.batch_size = int(batch_size)
         self.shuffle_seed = shuffle_seed
         self.buffer_blocks = buffer_blocks
+        self.generation = generation
         self._store: TileStore | None = None
 
     def _blocks(self, shard_tiles: int) -> list[np.ndarray]:
@@ -57,7 +62,7 @@ class TileBlocks(IterableDataset):
 
     def __iter__(self):
         if self._store is None:
-            self._store = TileStore.open(self.store_path)
+            self._store = TileStore.open(self.store_path, generation=self.generation)
         store = self._store
         blocks = self._blocks(store.shard_tiles)
         rng = None if self.shuffle_seed is None else np.random.default_rng(self.shuffle_seed)

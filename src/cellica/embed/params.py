@@ -108,6 +108,10 @@ class FeatureTableParams(Params):
     metadata_regex: str = param("^Metadata_", "Columns matching this are metadata (kept in .obs); all others "
                                 "must be numeric features.")
     extra_metadata: list[str] = param([], "Further non-feature columns (e.g. n_images).")
+    columns: list[str] = param([], "The feature columns, by name or shell-style pattern (`Cells_*`); every "
+                               "other column is metadata. Empty: every column that is not metadata is a "
+                               "feature, and identifier-like names (`Unnamed: 0`, `index`, `id`, `TableNumber`, "
+                               "`*_id`) are refused unless declared here or in extra_metadata.")
     id_column: str | None = param(None, "Unique sample id column, always metadata (default: plate/well, "
                                   "numbered when repeated).")
 

@@ -131,6 +131,7 @@ def profile_store(store_path: str | os.PathLike, out: str | os.PathLike | None =
         nan_cells += nans
         bar.update(hi - lo)
     bar.close()
+    store.check_unchanged()
     x = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
     objects = np.concatenate(counts) if counts else np.zeros(0, np.int32)
     seconds = time.perf_counter() - t0

@@ -118,11 +118,13 @@ def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: Tra
              cfg.model_name, cfg.img_size, cfg.in_chans, cfg.patch_size, idx.size, p.train_on, p.epochs, device)
     for epoch in range(start_epoch, p.epochs):
         t0 = time.perf_counter()
-        data = TileBlocks(store.path, idx, normalizer, p.batch_size, shuffle_seed=p.seed * 1000 + epoch)
+        data = TileBlocks(store.path, idx, normalizer, p.batch_size, shuffle_seed=p.seed * 1000 + epoch,
+                          generation=store.generation)
         mean_loss = _train_epoch((model, opt, sched), data, p, epoch, device, idx.size)
         history.append({"epoch": epoch + 1, "loss": mean_loss, "seconds": time.perf_counter() - t0})
         log.info("epoch %d/%d: loss %.4f, %.1f s", epoch + 1, p.epochs, mean_loss, history[-1]["seconds"])
         _save_checkpoint(last, (model, opt, sched), epoch, _setup_key(setup), history)
+    store.check_unchanged()  # replaced during training: the weights would mix two stores
     summary = {**setup, "history": history, "device": str(device), "final_loss": history[-1]["loss"] if history else None}
     save_model(model.cpu(), normalizer, out, extra={"training": summary})
     log.info("wrote %s (final loss %.4f)", out, summary["final_loss"])

@@ -19,6 +19,7 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.core.names import check_case_collisions
 from cellica.maps.params import MapParams
 
 log = get_logger("maps")
@@ -34,12 +35,8 @@ def check_gene_names(genes, where: str) -> list[str]:
     """The map's gene names, refused when two differ only by case (or repeat exactly): symbols are
     case-sensitive, so such a map would match pair lists ambiguously."""
     genes = [str(g) for g in genes]
-    seen: dict[str, str] = {}
-    for g in genes:
-        other = seen.setdefault(g.upper(), g)
-        if other != g:
-            raise CellicaError(f"{where}: gene names {other!r} and {g!r} differ only by case")
-    if len(seen) < len(genes):
+    check_case_collisions(genes, where, "gene names")
+    if len(set(genes)) < len(genes):
         dup = pd.Index(genes)[pd.Index(genes).duplicated()][0]
         raise CellicaError(f"{where}: gene {dup!r} appears more than once")
     return genes

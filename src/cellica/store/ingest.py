@@ -91,6 +91,21 @@ def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
                                f"more than once (rows {(np.flatnonzero(dup.to_numpy())[:4] + 2).tolist()})")
         return df
     df["channel"] = df["channel"].astype(str)
+    # One file, one slot: a file listed twice would fill two channels (or fields) with one image.
+    same_file = df["_file"].duplicated(keep=False)
+    if same_file.any():
+        first = df[same_file].iloc[0]
+        rows = (np.flatnonzero((df["_file"] == first["_file"]).to_numpy())[:4] + 2).tolist()
+        raise CellicaError(f"manifest {path}: image file {first['path']!r} is listed more than once (rows {rows}); "
+                           "each file fills one channel of one field")
+    # Every channel row of a field says the same of it (the field's tiles get one label).
+    for col in ("perturbation", "is_control"):
+        varies = df.groupby(list(FIELD_KEYS))[col].transform("nunique") > 1
+        if varies.any():
+            first = df[varies].iloc[0]
+            rows = (np.flatnonzero(varies.to_numpy())[:4] + 2).tolist()
+            raise CellicaError(f"manifest {path}: the channel rows of field {tuple(first[k] for k in FIELD_KEYS)} "
+                               f"disagree on {col!r} (rows {rows}); one field has one {col}")
     dup = df.duplicated(list(FIELD_KEYS) + ["channel"], keep=False)
     if dup.any():
         first = df[dup].iloc[0]

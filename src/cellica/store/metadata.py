@@ -9,6 +9,7 @@ import pandas as pd
 from cellica.core.contracts import as_bool
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.core.names import check_case_collisions
 
 log = get_logger("tilestore")
 
@@ -68,6 +69,7 @@ def normalise_metadata(metadata: pd.DataFrame, source: str = "metadata") -> pd.D
     except (ValueError, TypeError) as exc:
         raise CellicaError(f"{source}: column 'site' must be integers ({exc})") from None
     out["is_control"] = as_bool(out["is_control"], source)
+    check_case_collisions(out["perturbation"].unique(), source)
     return out
 
 

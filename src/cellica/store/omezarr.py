@@ -79,6 +79,9 @@ def channel_indices(wanted: list, labels: list[str], n_channels: int, where: str
     """Declared channels -> indices: a label from the omero metadata, or an index."""
     out = []
     for c in wanted:
+        if labels.count(str(c)) > 1:
+            raise CellicaError(f"{where}: channel label {c!r} names {labels.count(str(c))} channels {labels}; "
+                               "give the channel by its index instead")
         if str(c) in labels:
             out.append(labels.index(str(c)))
         elif str(c).isdigit() and int(c) < n_channels:
@@ -86,7 +89,39 @@ def channel_indices(wanted: list, labels: list[str], n_channels: int, where: str
         else:
             raise CellicaError(f"{where}: channel {c!r} is neither one of its labels {labels} nor an index "
                                f"below {n_channels}")
+    if len(set(out)) != len(out):
+        raise CellicaError(f"{where}: channels {list(wanted)} name channel {max(out, key=out.count)} more than once")
     return out
+
+
+def check_stored(array, index: tuple, where: str) -> None:
+    """Every stored chunk (or shard) that ``array[index]`` reads must exist and be non-empty:
+    zarr reads a missing one as its fill value, so a lost chunk would be ingested as zeros."""
+    import itertools
+
+    from zarr.core.sync import sync
+
+    unit = array.shards or array.chunks
+    ranges = []
+    for dim, (sel, size, step) in enumerate(zip(index, array.shape, unit, strict=True)):
+        if isinstance(sel, slice):
+            lo, hi, _ = sel.indices(size)
+            ranges.append(range(lo // step, -(-hi // step)))
+        else:
+            ranges.append(range(int(sel) // step, int(sel) // step + 1))
+        if not ranges[dim]:
+            return
+    store, prefix = array.store_path.store, array.store_path.path
+    for coords in itertools.product(*ranges):
+        key = array.metadata.encode_chunk_key(coords)
+        full = f"{prefix}/{key}" if prefix else key
+        try:
+            size = sync(store.getsize(full))
+        except FileNotFoundError:
+            raise CellicaError(f"{where}: chunk {key} is missing (zarr would read it as zeros); the plate is "
+                               "damaged or incompletely copied") from None
+        if size == 0:
+            raise CellicaError(f"{where}: chunk {key} is empty (0 bytes); the plate is damaged")
 
 
 class PlateFields:
@@ -142,7 +177,12 @@ class PlateFields:
             raise CellicaError(f"OME-Zarr plate {plate_path}: well {well_path} is unreadable ({exc})") from None
         for image in images:
             field = f"{plate_path}/{well_path}/{image.path}"
-            attrs = _image_model(model, group[f"{well_path}/{image.path}"]).ome_attributes
+            try:
+                attrs = _image_model(model, group[f"{well_path}/{image.path}"]).ome_attributes
+            except Exception as exc:  # listed by the well but absent or not an image
+                raise CellicaError(f"OME-Zarr field {field}: listed by well {well_path} but unreadable "
+                                   f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
+                                   ) from None
             scales = attrs.multiscales[0]
             if self.p.level >= len(scales.datasets):
                 raise CellicaError(f"OME-Zarr field {field}: level {self.p.level} asked for, it has "
@@ -150,7 +190,11 @@ class PlateFields:
             axes = [a.name for a in scales.axes]
             if not {"c", "y", "x"} <= set(axes):
                 raise CellicaError(f"OME-Zarr field {field}: axes {axes} lack c, y or x")
-            array = group[f"{well_path}/{image.path}/{scales.datasets[self.p.level].path}"]
+            try:
+                array = group[f"{well_path}/{image.path}/{scales.datasets[self.p.level].path}"]
+            except KeyError:
+                raise CellicaError(f"OME-Zarr field {field}: level {self.p.level} "
+                                   f"({scales.datasets[self.p.level].path}) is listed but absent") from None
             n = int(array.shape[axes.index("c")])
             channels = channel_indices(list(self.p.channels), _labels(attrs), n, f"OME-Zarr field {field}")
             # the first time point and z plane: a screen's fields are 2-D images
@@ -161,6 +205,7 @@ class PlateFields:
     def load(self, files: list[str]) -> np.ndarray:
         """The field's declared channels as one (C, H, W) array."""
         array, channels, index = self.arrays[files[0]]
+        check_stored(array, index, f"OME-Zarr field {files[0]}")
         img = np.asarray(array[index])[channels]
         for channel in range(img.shape[0]):
             first = self.channel_dtypes.setdefault(channel, (img.dtype, files[0]))

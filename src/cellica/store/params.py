@@ -84,7 +84,7 @@ class IngestParams(Params):
     section = "ingest"
 
     channels: list[str | int] = param(help="Channel values as in the manifest, in stacking order (OME-Zarr: "
-                                      "channel labels from the plate's omero metadata, or indices).", min_items=1)
+                                      "channel labels from the plate's omero metadata, or indices).", min_items=1, unique=True)
     format: str = param("files", "`files`: the manifest lists one image file (TIFF/PNG) per field and channel; "
                         "`ome_zarr`: it lists one row per well whose path is an OME-Zarr HCS plate, and every "
                         "field (image) of that well is read from the plate (docs/formats.md).",

@@ -3,7 +3,10 @@
 Layout of ``STORE.zarr/`` (the contract every later stage reads)::
 
     zarr.json            group attributes: channel_names, dtype, schema_version,
-                         n_tiles, tile_shape, provenance (how the store was made)
+                         n_tiles, tile_shape, provenance (how the store was made) and
+                         the manifest: a generation id, the byte count and crc32c of
+                         every shard file, the sha256 of every table
+
     tiles/               array (N, C, H, W), uint8 or uint16, Blosc-zstd compressed,
                          one chunk per tile, sharded ``shard_tiles`` tiles per file
     metadata.parquet     one row per tile, in tile order: tile_id, plate, well, site,
@@ -12,6 +15,12 @@ Layout of ``STORE.zarr/`` (the contract every later stage reads)::
 
 Stores are written into a temporary sibling directory and renamed into place only
 once complete and valid, so a failed run never leaves a half-written store.
+
+Every read is verified against the manifest: a shard file is read whole (one request),
+its size and crc32c compared with what was written, and only those verified bytes are
+decoded. A missing, empty, truncated or damaged shard, or one copied from another store,
+is an error naming the file and its tiles, never tiles of zeros. A store replaced while a
+reader holds it (a new ``generation``) fails that reader instead of mixing two stores.
 """
 
 from __future__ import annotations
@@ -55,17 +64,22 @@ class TileStore:
         One row per tile, in tile order.
     """
 
-    def __init__(self, path: Path, array: Any, metadata: pd.DataFrame, attrs: dict):
+    def __init__(self, path: Path, array: Any, metadata: pd.DataFrame, attrs: dict, array_meta: bytes | None = None):
         self.path = path
         self._array = array
         self.metadata = metadata
         self.attrs = attrs
+        self._manifest: dict = attrs.get(MANIFEST_KEY) or {}
+        self._decoder = None if array_meta is None else _ShardDecoder(array_meta)
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, path: str | os.PathLike) -> TileStore:
+    def open(cls, path: str | os.PathLike, generation: str | None = None) -> TileStore:
         """Open an existing store for reading (structure is checked, see :meth:`validate`):
-        a local folder or an fsspec URL (``s3://``, ``gs://``, ``https://``, ...)."""
+        a local folder or an fsspec URL (``s3://``, ``gs://``, ``https://``, ...).
+
+        ``generation``: the store must still be the one a reader opened before (a data-loader
+        worker reopening the store its parent opened); a replaced store is an error."""
         import zarr
 
         path = as_path(path)
@@ -85,13 +99,19 @@ class TileStore:
         try:
             group = zarr.open_group(str(path), mode="r", zarr_format=3)
             array = group["tiles"]
+            array_meta = (path / "tiles" / "zarr.json").read_bytes()
         except Exception as exc:  # zarr raises several types for a broken store
             raise CellicaError(f"{redact(path)}: cannot open the tile store ({redact(str(exc))})") from None
+        attrs = dict(group.attrs)
+        found_generation = (attrs.get(MANIFEST_KEY) or {}).get("generation")
+        if generation is not None and found_generation != generation:
+            raise CellicaError(_replaced(redact(path), generation, found_generation))
         meta_path = path / METADATA_FILE
         if not meta_path.is_file():
-            raise CellicaError(f"{path}: missing {METADATA_FILE}")
-        metadata = normalise_metadata(read_parquet(meta_path, "tile metadata"), str(meta_path))
-        store = cls(path, array, metadata, dict(group.attrs))
+            raise CellicaError(f"{redact(path)}: missing {METADATA_FILE}")
+        store = cls(path, array, pd.DataFrame(), attrs, array_meta)
+        metadata = normalise_metadata(store.read_table(METADATA_FILE, "tile metadata"), str(meta_path))
+        store.metadata = metadata
         store.validate()
         return store
 
@@ -176,34 +196,108 @@ class TileStore:
         )
 
     # ------------------------------------------------------------------ reading
+    @property
+    def generation(self) -> str | None:
+        """The id written with this store (a new one each time the store is written); ``None``
+        for stores written before generations existed."""
+        return self._manifest.get("generation")
+
     def shard_file(self, shard: int) -> Path:
         """The file holding shard ``shard`` (tiles ``shard * shard_tiles`` onwards)."""
         return shard_path(self.path, shard)
 
-    def _checked(self, start: int, stop: int, read):
-        """Run ``read()`` for tiles ``start:stop``: their shard files must exist (a missing one
-        would read as zeros) and every chunk's checksum must match (zarr verifies it)."""
-        if stop <= start:
-            return read()
-        first, last = start // self.shard_tiles, (stop - 1) // self.shard_tiles
-        for shard in range(first, last + 1):
-            if not self.shard_file(shard).is_file():
-                lo, hi = shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles)
-                raise CellicaError(f"{self.label}: shard file {self.shard_file(shard)} (tiles {lo}-{hi - 1}) is "
-                                   "missing: the store is damaged (it would read as zeros); re-create it")
+    def _shard_tiles_range(self, shard: int) -> str:
+        lo, hi = shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles)
+        return f"tiles {lo}-{hi - 1}"
+
+    def _damaged(self, shard: int, what: str) -> CellicaError:
+        """The error for a shard that is not what was written: a replaced store says so."""
+        now = self.current_generation()
+        if self.generation is not None and now != self.generation:
+            return CellicaError(_replaced(self.label, self.generation, now))
+        return CellicaError(f"{self.label}: shard file {redact(self.shard_file(shard))} "
+                            f"({self._shard_tiles_range(shard)}) {what}; re-create the store")
+
+    def _shard_bytes(self, shard: int) -> bytes:
+        """Shard ``shard``'s file, read whole and checked against the manifest: present,
+        non-empty, the size and crc32c written (so also not a shard of another store)."""
+        import google_crc32c
+
+        f = self.shard_file(shard)
         try:
-            return read()
-        except Exception as exc:
-            if first == last:
-                where = f"shard file {self.shard_file(first)}"
-            else:
-                where = f"shard files {self.shard_file(first).name}..{self.shard_file(last).name}"
-            raise CellicaError(f"{self.label}: {where} (tiles {start}-{stop - 1}) is damaged: "
+            data = f.read_bytes()
+        except FileNotFoundError:
+            raise self._damaged(shard, "is missing: the store is damaged (it would read as zeros)") from None
+        sizes, crcs = self._manifest.get("shard_bytes"), self._manifest.get("shard_crc32c")
+        if not data:
+            raise self._damaged(shard, "is empty (0 bytes): the store is damaged (it would read as zeros)")
+        if sizes is not None:
+            if len(data) != sizes[shard]:
+                raise self._damaged(shard, f"is damaged: {len(data)} bytes where {sizes[shard]} were "
+                                           "written (truncated, or a shard of another store)")
+            if google_crc32c.value(data) != crcs[shard]:
+                raise self._damaged(shard, "is damaged: its crc32c differs from the one recorded when the "
+                                           "store was written (flipped bytes, or a shard of another store)")
+        return data
+
+    def _decoded(self, shards: range, read):
+        """Run ``read(array)`` on an array holding only the verified bytes of ``shards``."""
+        if self._decoder is None:  # pragma: no cover - every opened store has one
+            raise CellicaError(f"{self.label}: not opened for reading")
+        blobs = {s: self._shard_bytes(s) for s in shards}
+        try:
+            return self._decoder.read(blobs, read)
+        except CellicaError:
+            raise
+        except Exception as exc:  # the codec's checks (per-chunk crc32c, Blosc) on verified bytes
+            first, last = shards[0], shards[-1]
+            where = (f"shard file {redact(self.shard_file(first))}" if first == last else
+                     f"shard files {self.shard_file(first).name}..{self.shard_file(last).name}")
+            raise CellicaError(f"{self.label}: {where} ({self._shard_tiles_range(first).split('-')[0]}-"
+                               f"{self._shard_tiles_range(last).split('-')[1]}) is damaged: "
                                f"{type(exc).__name__}: {str(exc)[:160]}") from None
 
     def read_range(self, start: int, stop: int) -> np.ndarray:
         """Read tiles ``start:stop`` (a contiguous slab: the fast path), verified."""
-        return self._checked(start, stop, lambda: np.asarray(self._array[start:stop]))
+        if stop <= start:
+            return np.empty((0, self.n_channels, *self.tile_shape), dtype=self.dtype)
+        shards = range(start // self.shard_tiles, (stop - 1) // self.shard_tiles + 1)
+        return self._decoded(shards, lambda a: np.asarray(a[start:stop]))
+
+    def current_generation(self) -> str | None:
+        """The generation of the store now at :attr:`path` (``None`` when there is none)."""
+        import json
+
+        try:
+            attrs = json.loads((self.path / "zarr.json").read_bytes()).get("attributes", {})
+        except Exception:  # gone, half-replaced, unreadable: not the generation we hold
+            return None
+        return (attrs.get(MANIFEST_KEY) or {}).get("generation")
+
+    def check_unchanged(self) -> None:
+        """Raise unless the store at :attr:`path` is still the one opened (call when a read
+        finishes: a store replaced during the read fails the reader, never mixes)."""
+        if self.generation is not None and self.current_generation() != self.generation:
+            raise CellicaError(_replaced(self.label, self.generation, self.current_generation()))
+
+    def read_table(self, name: str, what: str) -> pd.DataFrame:
+        """A table of the store (``metadata.parquet``, ``ground_truth/*.parquet``), its sha256
+        checked against the manifest (a table from another store or edited is refused)."""
+        import hashlib
+        import io
+
+        path = self.path / name
+        if not path.is_file():
+            raise CellicaError(f"{what} {redact(path)} does not exist")
+        data = path.read_bytes()
+        recorded = (self._manifest.get("files") or {}).get(name)
+        if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
+            now = self.current_generation()
+            if self.generation is not None and now != self.generation:
+                raise CellicaError(_replaced(self.label, self.generation, now))
+            raise CellicaError(f"{what} {redact(path)} is not the one written with this store (its sha256 "
+                               "differs: edited, damaged or copied from another store); re-create the store")
+        return read_parquet(io.BytesIO(data), what, label=redact(path))
 
     def read(self, indices: np.ndarray | list[int]) -> np.ndarray:
         """Read the tiles at ``indices`` (any order, repeats allowed) as one array.
@@ -228,10 +322,12 @@ class TileStore:
         for group in np.split(np.arange(idx.size), bounds):
             members = sorted_idx[group]
             lo, hi = int(members[0]), int(members[-1]) + 1
-            # Sparse picks in a shard are read one chunk each; dense ones as a slab.
+            shard = range(lo // self.shard_tiles, lo // self.shard_tiles + 1)
+            # Sparse picks in a shard are decoded one chunk each; dense ones as a slab.
             if hi - lo > 4 * members.size:
-                slab = {int(i): self._checked(int(i), int(i) + 1, lambda i=i: np.asarray(self._array[int(i)]))
-                        for i in np.unique(members)}
+                picks = np.unique(members)
+                decoded = self._decoded(shard, lambda a, picks=picks: [np.asarray(a[int(i)]) for i in picks])
+                slab = dict(zip(picks.tolist(), decoded, strict=True))
                 out[order[group]] = np.stack([slab[int(i)] for i in members])
             else:
                 out[order[group]] = self.read_range(lo, hi)[members - lo]
@@ -253,7 +349,7 @@ class TileStore:
         path = self.path / GROUND_TRUTH_DIR / f"{name}.parquet"
         if not path.is_file():
             raise CellicaError(f"{self.label}: no ground-truth table {name!r} (is it simulated?)")
-        return read_parquet(path, "ground-truth table")
+        return self.read_table(f"{GROUND_TRUTH_DIR}/{name}.parquet", "ground-truth table")
 
     # ------------------------------------------------------------------ checks
     @property
@@ -269,12 +365,15 @@ class TileStore:
         n_shards = -(-self.n_tiles // self.shard_tiles)
         for shard in progress(range(n_shards), desc=f"verify {self.path.name}", unit="shard"):
             self.read_range(shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles))
+        for name in (self._manifest.get("files") or {}):
+            self.read_table(name, "table")
         recorded = self.attrs.get("content_sha256")
         if recorded and content_digest(self.path, self.n_tiles, self.shard_tiles) != recorded:
             raise CellicaError(f"{self.label}: contents differ from the digest recorded when the store was written "
                                "(a shard or the metadata was changed); re-create it")
+        self.check_unchanged()
         return {"shards": n_shards, "tiles": self.n_tiles, "chunk_checksums": self.attrs.get("checksums") == "crc32c",
-                "content_digest": bool(recorded)}
+                "content_digest": bool(recorded), "manifest": bool(self._manifest)}
 
     def validate(self) -> None:
         """Check the store against the contract; raise :class:`CellicaError` listing problems."""
@@ -339,6 +438,38 @@ class TileStore:
             "stats_tiles": n_sample,
             "provenance": self.attrs.get("provenance", {}),
         }
+
+
+MANIFEST_KEY = "manifest"
+
+
+def _replaced(label: str, opened: str | None, now: str | None) -> str:
+    return (f"{label}: the tile store was replaced while it was being read (generation {opened} when opened, "
+            f"{now or 'none'} now); nothing was written: run the step again")
+
+
+class _ShardDecoder:
+    """Decodes verified shard bytes with the store's own array metadata, from memory: the
+    bytes checked are the bytes decoded, and each shard file is read in one request."""
+
+    def __init__(self, array_meta: bytes):
+        import zarr
+        from zarr.core.buffer import cpu
+        from zarr.storage import MemoryStore
+
+        self._buffer = cpu.Buffer.from_bytes
+        self._chunks: dict = {"zarr.json": self._buffer(array_meta)}
+        self._array = zarr.open_array(MemoryStore(self._chunks), mode="r", zarr_format=3)
+
+    def read(self, blobs: dict[int, bytes], read):
+        keys = [f"c/{shard}/0/0/0" for shard in blobs]
+        try:
+            for key, data in zip(keys, blobs.values(), strict=True):
+                self._chunks[key] = self._buffer(data)
+            return read(self._array)
+        finally:  # a shard not handed in must never be read (it would be zarr's fill value)
+            for key in keys:
+                self._chunks.pop(key, None)
 
 
 def shard_path(store: Path, shard: int) -> Path:

@@ -33,7 +33,7 @@ from cellica.store.metadata import (
     duplicated_ids,
     normalise_metadata,
 )
-from cellica.store.tilestore import TileStore, content_digest
+from cellica.store.tilestore import MANIFEST_KEY, TileStore, content_digest, shard_path
 
 log = get_logger("tilestore")
 
@@ -65,6 +65,26 @@ def validate_parts(
     return problems
 
 
+def store_manifest(path: Path, n_tiles: int, shard_tiles: int) -> dict[str, Any]:
+    """What a reader checks: each shard file's byte count and crc32c, each table's sha256, and
+    the generation: a digest of all of them, so a store written again with other contents
+    has a new one, while the same contents (same seed) keep the same bytes."""
+    import hashlib
+
+    import google_crc32c
+
+    sizes, crcs = [], []
+    for shard in range(-(-n_tiles // shard_tiles)):
+        data = shard_path(path, shard).read_bytes()
+        sizes.append(len(data))
+        crcs.append(google_crc32c.value(data))
+    tables = [METADATA_FILE, *(f"{GROUND_TRUTH_DIR}/{f.name}" for f in sorted((path / GROUND_TRUTH_DIR).glob("*.parquet")))]
+    files = {name: hashlib.sha256((path / name).read_bytes()).hexdigest() for name in tables}
+    manifest = {"shard_bytes": sizes, "shard_crc32c": crcs, "files": files}
+    generation = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:32]
+    return {"generation": generation, **manifest}
+
+
 class TileStoreWriter:
     """Appends tiles in blocks to a new store; :meth:`close` validates and publishes it.
 
@@ -93,12 +113,13 @@ class TileStoreWriter:
             raise CellicaError(f"channel names must be unique and non-empty: {channel_names}")
         if shard_tiles < 1:
             raise CellicaError(f"shard_tiles must be >= 1, got {shard_tiles}")
+        check_can_write(path, overwrite, kind="store")  # before the lock file is made beside it
         # One writer per store, for the whole write; leftovers of a killed run are cleaned first.
         self._lock = contextlib.ExitStack()
         self._lock.enter_context(output_lock(Path(path)))
         try:
             recover(Path(path))
-            self.path = check_can_write(path, overwrite)
+            self.path = check_can_write(path, overwrite, kind="store")
         except BaseException:
             self._lock.close()
             raise
@@ -197,8 +218,10 @@ class TileStoreWriter:
                 (self.tmp / GROUND_TRUTH_DIR).mkdir()
                 for name, table in self._extra_tables.items():
                     table.to_parquet(self.tmp / GROUND_TRUTH_DIR / f"{name}.parquet", index=False)
-            # What the store holds, for anything keyed on it (e.g. resuming MAE training).
+            # What the store holds, for anything keyed on it (e.g. resuming MAE training), and
+            # what every read is checked against (TileStore._shard_bytes, read_table).
             self.attrs["content_sha256"] = content_digest(self.tmp, self._written, self.shard_tiles)
+            self.attrs[MANIFEST_KEY] = store_manifest(self.tmp, self._written, self.shard_tiles)
             self.group.attrs.update(json.loads(json.dumps(self.attrs)))
             commit(self.tmp, self.path, self.overwrite)
         except BaseException:

@@ -101,6 +101,19 @@ def robust_z_max(x: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- estimators
+def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over a model's arrays (names, dtypes, shapes, bytes): a saved transform whose
+    matrices were edited or swapped is refused on load, whatever the zip's own checksums say."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
 class Transform:
     """Base class: the ``base`` variant (identity). Subclasses override ``_fit``, ``_context`` and ``_apply_block``."""
 
@@ -222,7 +235,8 @@ class Transform:
     def write(self, path: str | os.PathLike) -> None:
         """Write the fitted state to ``path`` as it is (no temporary file; see :meth:`save`)."""
         meta = {"variant": self.variant, "params": asdict(self.params), "info": self.info,
-                "in_features": self.in_features, "cellica_version": __version__}
+                "in_features": self.in_features, "cellica_version": __version__,
+                "arrays_sha256": arrays_digest(self.arrays)}
         with open(path, "wb") as fh:
             np.savez_compressed(fh, __meta__=np.array(json.dumps(meta)), **self.arrays)
 
@@ -238,6 +252,10 @@ class Transform:
                 arrays = {k: data[k] for k in data.files if k != "__meta__"}
         except Exception as exc:  # numpy raises several types for a damaged or foreign file
             raise CellicaError(f"transform model {path} is unreadable ({type(exc).__name__}: {exc})") from None
+        recorded = meta.get("arrays_sha256")  # absent in models written before it was recorded
+        if recorded is not None and arrays_digest(arrays) != recorded:
+            raise CellicaError(f"transform model {path}: its arrays differ from those it was written with "
+                               "(edited or damaged); fit it again")
         from cellica.transform.variants import make_transform
 
         obj = make_transform(meta["variant"], TransformParams(**meta["params"]))

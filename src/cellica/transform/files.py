@@ -33,7 +33,11 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
 
             table = read_positions(model.params.position_table) if model.params.position_table else None
             adata = correct_positions(adata, adata.obs["is_control"].to_numpy(bool), table)
-        result = model.transform(adata)
+        try:
+            result = model.transform(adata)
+        except (ValueError, IndexError, KeyError) as exc:  # shapes of the model against these features
+            raise CellicaError(f"transform model {apply} cannot be applied to {input} ({type(exc).__name__}: "
+                               f"{str(exc)[:200]}); fit it on features like these") from None
         write_h5ad(result, out)
         return result
     if not variant:
