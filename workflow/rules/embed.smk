@@ -41,7 +41,7 @@ else:
             CONDA_ENV
         wildcard_constraints:
             model=r"seed-?\d+",
-        threads: 2
+        threads: config["mae"]["threads"]
         resources:
             mem_mb=8000,
             runtime=240,
@@ -52,7 +52,7 @@ else:
             ckpt=lambda wildcards, output: os.path.join(os.path.dirname(output.model), "checkpoints"),
         shell:
             "cellica train-mae --store {input:q} --out {output.model:q} --checkpoint-dir {params.ckpt:q}"
-            " --threads {threads} {params.args} --seed {params.seed} 2> {log:q}"
+            " {params.args} --seed {params.seed} 2> {log:q}"
 
     rule profile_tiles:
         input:
@@ -90,7 +90,7 @@ else:
             f"{BENCH}/embed/{{model}}/{{shard}}-of-{N_SHARDS}.tsv"
         conda:
             CONDA_ENV
-        threads: 2
+        threads: config["embed"]["threads"]
         resources:
             mem_mb=8000,
             runtime=240,
@@ -100,7 +100,7 @@ else:
             n_shards=N_SHARDS,
         shell:
             "cellica embed --store {input.store:q} --checkpoint {input.model:q} --out {output:q}"
-            " --shard {wildcards.shard}/{params.n_shards} --threads {threads} {params.args} 2> {log:q}"
+            " --shard {wildcards.shard}/{params.n_shards} {params.args} 2> {log:q}"
 
     rule gather_embeddings:
         input:

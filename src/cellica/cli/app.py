@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from cellica.cli.commands import ReaderGone
 from cellica.cli.parser import build_parser, paths_by_role
 from cellica.core.errors import CellicaError
 from cellica.core.logs import configure
@@ -27,10 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_disjoint(*paths_by_role(ns))  # before anything is read or written
         ns.func(ns)
-    except BrokenPipeError:
-        # The reader went away (e.g. `| head`): nothing more to say, and nothing to flush.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except (BrokenPipeError, ReaderGone) as exc:
+        # The reader went away (e.g. `| head`): nothing more to say, and nothing to flush. After
+        # the work (the final print) that is success; during it (a closed stderr while logging),
+        # the work is unfinished and its outputs unwritten: never report that as success.
+        for stream in (sys.stdout, sys.stderr):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        return 0 if isinstance(exc, ReaderGone) else 141
     except KeyboardInterrupt:
         print(f"cellica {ns.command}: interrupted", file=sys.stderr)
         return 130

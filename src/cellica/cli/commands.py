@@ -13,6 +13,19 @@ from cellica.cli.options import dataclass_from_args as params_of
 from cellica.core.errors import CellicaError
 
 
+class ReaderGone(Exception):
+    """stdout was closed by its reader (``cellica inspect ... | head``) after the work was done."""
+
+
+def show(text: str = "", end: str = "\n") -> None:
+    """Print what the user asked to see; a reader that went away is not a failure (the work is
+    done by then), unlike a closed pipe during the work, which :func:`cellica.cli.app.main` reports."""
+    try:
+        print(text, end=end, flush=True)
+    except BrokenPipeError:
+        raise ReaderGone from None
+
+
 def simulate(ns: argparse.Namespace) -> None:
     from cellica.store.params import SimulationParams
     from cellica.store.simulate import simulate_screen
@@ -33,7 +46,7 @@ def inspect(ns: argparse.Namespace) -> None:
     store = TileStore.open(ns.store)
     text = store.describe(verify=ns.verify, max_stat_tiles=ns.stat_tiles, max_rows=ns.max_rows)
     store.check_unchanged()
-    print(text)
+    show(text)
 
 
 def train_mae(ns: argparse.Namespace) -> None:
@@ -120,7 +133,7 @@ def recall(ns: argparse.Namespace) -> None:
     from cellica.maps.params import MapParams
 
     table = recall_files(ns.maps, ns.out, ns.differences_out, params_of(MapParams, ns))
-    print(table[["variant", "source", "n_pairs", "recall", "ci_low", "ci_high", "null_recall"]].to_string(
+    show(table[["variant", "source", "n_pairs", "recall", "ci_low", "ci_high", "null_recall"]].to_string(
         index=False, float_format=lambda v: f"{v:.3f}"))
 
 
@@ -129,8 +142,8 @@ def align(ns: argparse.Namespace) -> None:
     from cellica.identify.params import AlignParams
 
     table = align_files(ns.a, ns.b, params_of(AlignParams, ns), ns.out)
-    print(table[["map", "error", "n_train", "n_test", "dims"]].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    print(f"ICA efficiency: {table.attrs['ica_efficiency']:.1f}%")
+    show(table[["map", "error", "n_train", "n_test", "dims"]].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    show(f"ICA efficiency: {table.attrs['ica_efficiency']:.1f}%")
 
 
 def report(ns: argparse.Namespace) -> None:
@@ -152,7 +165,7 @@ def schema(ns: argparse.Namespace) -> None:
         write_block(ns.docs, "config-reference", reference_markdown())
     text = schema_yaml()
     if not ns.out:
-        print(text, end="")
+        show(text, end="")
         return
     from cellica.core.atomic import atomic_output
 

@@ -97,9 +97,66 @@ def make_adata(x: np.ndarray, obs: pd.DataFrame, var_names: list[str] | None, un
     return ad.AnnData(X=x, obs=obs, var=var, uns=clean_uns(uns))
 
 
-def write_h5ad(adata, path: str | os.PathLike, overwrite: bool = True) -> Path:
-    """Write an AnnData atomically (temporary file, then rename)."""
+CHECKSUMS_KEY = "cellica_checksums"  # .uns: crc32c of X, obs and var names, checked on every read
+
+
+def content_checksums(adata) -> dict[str, str]:
+    """crc32c of the matrix (as float32, in row blocks: a backed file is never read whole),
+    of ``obs`` (pandas' value hashes, the same for strings and categoricals) and of the
+    feature names. HDF5 keeps no checksums of its own: a flipped byte would change numbers."""
+    import google_crc32c
+
+    x = google_crc32c.Checksum()
+    for start in range(0, adata.n_obs, BLOCK_ROWS):
+        block = adata.X[start: start + BLOCK_ROWS]
+        block = block.toarray() if hasattr(block, "toarray") else block
+        x.update(np.ascontiguousarray(block, dtype=np.float32).tobytes())
+    obs = pd.util.hash_pandas_object(adata.obs, index=True).to_numpy()
+    var = pd.util.hash_pandas_object(pd.Series(np.asarray(adata.var_names, dtype=str)), index=False).to_numpy()
+    return {"X": x.hexdigest().decode(), "obs": f"{google_crc32c.value(obs.tobytes()):08x}",
+            "var": f"{google_crc32c.value(var.tobytes()):08x}", "shape": f"{adata.n_obs}x{adata.n_vars}"}
+
+
+def seal(adata):
+    """Record :func:`content_checksums` in ``adata.uns`` (every cellica .h5ad is written sealed)."""
+    adata.uns[CHECKSUMS_KEY] = content_checksums(adata)
+    return adata
+
+
+def verify_sealed(adata, path: str | os.PathLike) -> None:
+    """Raise when a sealed AnnData (in memory or backed) differs from what was written; files
+    written before seals existed, or by other tools, pass unchecked."""
+    recorded = adata.uns.get(CHECKSUMS_KEY)
+    if not recorded:
+        return
+    recorded = {k: str(v) for k, v in dict(recorded).items()}
+    found = content_checksums(adata)
+    bad = [k for k in ("shape", "X", "obs", "var") if recorded.get(k) != found[k]]
+    if bad:
+        raise CellicaError(f"{path}: its {', '.join(bad)} {'differs' if len(bad) == 1 else 'differ'} from what was written (the file is damaged or "
+                           "was edited); re-create it")
+
+
+def read_sealed(path: str | os.PathLike, backed: bool = False):
+    """An .h5ad (any layout: gene maps too) read and checked against its seal; a missing or
+    unreadable file is a one-line error naming it. ``backed``: opened read-only, checked by blocks."""
+    import anndata as ad
+
     path = Path(path)
+    if not path.is_file():
+        raise CellicaError(f"{path} does not exist")
+    try:
+        adata = ad.read_h5ad(path, backed="r" if backed else None)
+    except Exception as exc:
+        raise CellicaError(f"{path}: cannot read as AnnData .h5ad ({type(exc).__name__}: {exc})") from None
+    verify_sealed(adata, path)
+    return adata
+
+
+def write_h5ad(adata, path: str | os.PathLike, overwrite: bool = True) -> Path:
+    """Write an AnnData atomically (temporary file, then rename), sealed with its checksums."""
+    path = Path(path)
+    seal(adata)
     with atomic_output(path, overwrite=overwrite) as tmp:
         adata.write_h5ad(tmp)
     return path
@@ -117,9 +174,10 @@ def read_h5ad(path: str | os.PathLike, rows: Callable[[pd.DataFrame], np.ndarray
     if not path.is_file():
         raise CellicaError(f"features file {path} does not exist")
     try:
-        adata = _load_rows(ad.read_h5ad(path, backed="r"), rows) if rows is not None else None
+        adata = _load_rows(ad.read_h5ad(path, backed="r"), rows, path) if rows is not None else None
         if adata is None:
             adata = ad.read_h5ad(path)
+            verify_sealed(adata, path)
     except CellicaError:
         raise
     except Exception as exc:
@@ -130,11 +188,13 @@ def read_h5ad(path: str | os.PathLike, rows: Callable[[pd.DataFrame], np.ndarray
     return adata
 
 
-def _load_rows(backed, rows: Callable[[pd.DataFrame], np.ndarray]):
+def _load_rows(backed, rows: Callable[[pd.DataFrame], np.ndarray], path):
     """The rows of a backed AnnData that ``rows(obs)`` selects, in memory (None when it selects
-    them all: the file is then read the ordinary way); the file is closed."""
+    them all: the file is then read the ordinary way); the file is checked and closed."""
     try:
         mask = np.asarray(rows(backed.obs), dtype=bool)
+        if not mask.all():
+            verify_sealed(backed, path)
         return None if mask.all() else backed[mask].to_memory()
     finally:
         backed.file.close()

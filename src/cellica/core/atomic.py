@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from cellica.core.errors import CellicaError
+from cellica.core.errors import CellicaError, writing_failed
 from cellica.core.logs import get_logger
 
 log = get_logger("atomic")
@@ -193,10 +193,12 @@ def atomic_outputs(paths: Sequence[str | os.PathLike], overwrite: bool = False) 
                 commit(tmps[0], finals[0], overwrite)
             else:
                 _journaled_commit(list(zip(tmps, finals, strict=True)), overwrite)
-        except BaseException:
+        except BaseException as exc:
             if not _hidden(finals[0], "journal").exists():  # a journaled commit keeps them to roll forward
                 for t in tmps:
                     remove(t)
+            if isinstance(exc, OSError):  # a full disk or no permission: name the output, not a temporary
+                raise writing_failed(finals, exc) from None
             raise
 
 
@@ -234,11 +236,17 @@ def _roll_forward(journal: Path) -> None:
         _hidden(final, "journal").unlink(missing_ok=True)
 
 
+def to_parquet(table, path: str | os.PathLike) -> None:
+    """Write a DataFrame as parquet with a crc32 per data page, checked by :func:`read_parquet`
+    (parquet's own compression does not notice every flipped byte)."""
+    table.to_parquet(path, index=False, write_page_checksum=True)
+
+
 def write_parquet(table, path: str | os.PathLike) -> Path:
     """Write a DataFrame to parquet atomically (its ``attrs`` travel in the file's metadata)."""
     path = Path(path)
     with atomic_output(path, overwrite=True) as tmp:
-        table.to_parquet(tmp, index=False)
+        to_parquet(table, tmp)
     return path
 
 
@@ -246,7 +254,7 @@ def write_parquets(tables: Sequence, paths: Sequence[str | os.PathLike]) -> list
     """Write tables that belong together (e.g. per-gene metrics and importances): all or none."""
     with atomic_outputs(paths, overwrite=True) as tmps:
         for table, tmp in zip(tables, tmps, strict=True):
-            table.to_parquet(tmp, index=False)
+            to_parquet(table, tmp)
     return [Path(p) for p in paths]
 
 
@@ -268,6 +276,6 @@ def read_parquet(path, what: str = "table", columns: list[str] | None = None,
             raise CellicaError(f"{what} {redact(path)} does not exist")
         source, shown = str(path), redact(path)
     try:
-        return pd.read_parquet(source, columns=columns, filters=filters)
+        return pd.read_parquet(source, columns=columns, filters=filters, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for a damaged file
         raise CellicaError(f"{what} {shown} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None

@@ -24,3 +24,22 @@ def describe(exc: BaseException) -> str:
         return f"{where}{os.strerror(exc.errno)}{hint}"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def writing_failed(paths, exc: OSError) -> CellicaError:
+    """A failed write (a full disk, no permission, a quota) as one line naming the output being
+    written: libraries such as h5py and pyarrow raise it without a file name, or name only the
+    hidden temporary file."""
+    import errno
+
+    text = str(exc)
+    code = exc.errno
+    if code is None:  # h5py and pyarrow put the cause in the text only
+        for number, words in ((errno.ENOSPC, "No space left"), (errno.EDQUOT, "quota exceeded"),
+                              (errno.EACCES, "Permission denied"), (errno.EROFS, "Read-only file system")):
+            if words.lower() in text.lower():
+                code = number
+                break
+    cause = describe(OSError(code, __import__("os").strerror(code))) if code else (text.splitlines() or [""])[0][:200]
+    names = ", ".join(str(p) for p in paths)
+    return CellicaError(f"writing {names} failed: {cause}")

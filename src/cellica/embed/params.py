@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cellica.core.params import Params, param
+from cellica.core.threads import NUMERIC_THREADS
 
 NORMALIZATIONS = ("store", "tile", "instance")
 POOLINGS = ("mean", "cls", "both")
@@ -54,8 +55,10 @@ class TrainParams(Params):
     seed: int = param(0, "Seed of initialisation, tile order and masks (same seed, same weights on CPU).")
     device: str = param("auto", "`auto` (CUDA if available), `cpu`, `cuda`, `cuda:1`, ...")
     num_workers: int = param(0, "DataLoader worker processes reading the store.", ge=0)
-    threads: int | None = param(None, "CPU threads of torch (the workflow passes the rule's threads).", ge=1,
-                                config=False)
+    threads: int = param(NUMERIC_THREADS, "CPU threads of torch while training. The weights depend on it "
+                         "(torch splits reductions by thread count), never on --cores: the same value gives the "
+                         "same bits on any machine size, another value differs in the last bits "
+                         "(docs/integrity.md).", ge=1)
     resume: bool = param(True, "Continue from the last per-epoch checkpoint of the same set-up.")
 
     def mae_config(self, in_chans: int, img_size: int):
@@ -84,8 +87,8 @@ class EmbedParams(Params):
     device: str = param("auto", "`auto` (CUDA with bf16 autocast if available, else CPU float32), or a device "
                         "name.")
     num_workers: int = param(0, "DataLoader worker processes reading the store.", ge=0)
-    threads: int | None = param(None, "CPU threads of torch (the workflow passes the rule's threads).", ge=1,
-                                config=False)
+    threads: int = param(NUMERIC_THREADS, "CPU threads of torch while embedding; fixed, like mae.threads, so the "
+                         "embeddings never depend on --cores.", ge=1)
     model_name: str | None = param(None, "timm architecture of a plain timm-format checkpoint (cellica "
                                    "checkpoints record their own).")
     adapt_channels: bool = param(False, "Allow adapting a checkpoint trained on another channel count (timm "

@@ -224,8 +224,9 @@ def _what_differs(key: str | None, setup: dict[str, Any]) -> str:
 
 
 def _setup_key(setup: dict[str, Any]) -> str:
-    """What must match for a checkpoint to be resumed (all but resume, device and threads)."""
+    """What must match for a checkpoint to be resumed: all but resume, device and workers (the
+    thread count stays: it changes the weights' last bits)."""
     import json
 
-    params = {k: v for k, v in setup["params"].items() if k not in ("resume", "device", "num_workers", "threads")}
+    params = {k: v for k, v in setup["params"].items() if k not in ("resume", "device", "num_workers")}
     return json.dumps({**setup, "params": params}, sort_keys=True)

@@ -10,7 +10,6 @@ import pandas as pd
 
 from cellica.core.adata import read_h5ad, stored_variant, write_h5ad
 from cellica.core.atomic import write_parquet, write_parquets
-from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.maps.params import MapParams
 
@@ -72,13 +71,11 @@ def gene_map_files(features: PathLike, out: PathLike, consistency_out: PathLike,
 
 
 def read_map(path: PathLike):
-    """A gene map written by :func:`gene_map_files` (genes as ``obs_names``)."""
-    import anndata as ad
+    """A gene map written by :func:`gene_map_files` (genes as ``obs_names``), checked against
+    its seal (:func:`cellica.core.adata.read_sealed`)."""
+    from cellica.core.adata import read_sealed
 
-    try:
-        return ad.read_h5ad(path)
-    except (OSError, KeyError, ValueError) as exc:
-        raise CellicaError(f"{path}: cannot read the gene map ({exc})") from None
+    return read_sealed(path)
 
 
 def known_pairs(p: MapParams) -> pd.DataFrame:

@@ -37,12 +37,21 @@ from cellica.core.atomic import (
     read_parquet,
 )
 from cellica.core.errors import CellicaError
-from cellica.core.logs import get_logger, progress
+from cellica.core.logs import get_logger
 from cellica.core.remote import as_path, redact
 from cellica.store.metadata import (
     GROUND_TRUTH_DIR,
     METADATA_FILE,
     normalise_metadata,
+)
+from cellica.store.shards import (
+    MANIFEST_KEY,
+    ShardDecoder,
+    content_digest,
+    generation_at,
+    replaced_message,
+    shard_path,
+    shard_problem,
 )
 
 if TYPE_CHECKING:
@@ -70,7 +79,7 @@ class TileStore:
         self.metadata = metadata
         self.attrs = attrs
         self._manifest: dict = attrs.get(MANIFEST_KEY) or {}
-        self._decoder = None if array_meta is None else _ShardDecoder(array_meta)
+        self._decoder = None if array_meta is None else ShardDecoder(array_meta)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -105,7 +114,7 @@ class TileStore:
         attrs = dict(group.attrs)
         found_generation = (attrs.get(MANIFEST_KEY) or {}).get("generation")
         if generation is not None and found_generation != generation:
-            raise CellicaError(_replaced(redact(path), generation, found_generation))
+            raise CellicaError(replaced_message(redact(path), generation, found_generation))
         meta_path = path / METADATA_FILE
         if not meta_path.is_file():
             raise CellicaError(f"{redact(path)}: missing {METADATA_FILE}")
@@ -214,30 +223,20 @@ class TileStore:
         """The error for a shard that is not what was written: a replaced store says so."""
         now = self.current_generation()
         if self.generation is not None and now != self.generation:
-            return CellicaError(_replaced(self.label, self.generation, now))
+            return CellicaError(replaced_message(self.label, self.generation, now))
         return CellicaError(f"{self.label}: shard file {redact(self.shard_file(shard))} "
                             f"({self._shard_tiles_range(shard)}) {what}; re-create the store")
 
     def _shard_bytes(self, shard: int) -> bytes:
-        """Shard ``shard``'s file, read whole and checked against the manifest: present,
-        non-empty, the size and crc32c written (so also not a shard of another store)."""
-        import google_crc32c
-
-        f = self.shard_file(shard)
+        """Shard ``shard``'s file, read whole and checked against the manifest
+        (:func:`cellica.store.shards.shard_problem`)."""
         try:
-            data = f.read_bytes()
+            data = self.shard_file(shard).read_bytes()
         except FileNotFoundError:
-            raise self._damaged(shard, "is missing: the store is damaged (it would read as zeros)") from None
-        sizes, crcs = self._manifest.get("shard_bytes"), self._manifest.get("shard_crc32c")
-        if not data:
-            raise self._damaged(shard, "is empty (0 bytes): the store is damaged (it would read as zeros)")
-        if sizes is not None:
-            if len(data) != sizes[shard]:
-                raise self._damaged(shard, f"is damaged: {len(data)} bytes where {sizes[shard]} were "
-                                           "written (truncated, or a shard of another store)")
-            if google_crc32c.value(data) != crcs[shard]:
-                raise self._damaged(shard, "is damaged: its crc32c differs from the one recorded when the "
-                                           "store was written (flipped bytes, or a shard of another store)")
+            data = None
+        problem = shard_problem(data, shard, self._manifest)
+        if problem:
+            raise self._damaged(shard, problem)
         return data
 
     def _decoded(self, shards: range, read):
@@ -266,19 +265,13 @@ class TileStore:
 
     def current_generation(self) -> str | None:
         """The generation of the store now at :attr:`path` (``None`` when there is none)."""
-        import json
-
-        try:
-            attrs = json.loads((self.path / "zarr.json").read_bytes()).get("attributes", {})
-        except Exception:  # gone, half-replaced, unreadable: not the generation we hold
-            return None
-        return (attrs.get(MANIFEST_KEY) or {}).get("generation")
+        return generation_at(self.path)
 
     def check_unchanged(self) -> None:
         """Raise unless the store at :attr:`path` is still the one opened (call when a read
         finishes: a store replaced during the read fails the reader, never mixes)."""
         if self.generation is not None and self.current_generation() != self.generation:
-            raise CellicaError(_replaced(self.label, self.generation, self.current_generation()))
+            raise CellicaError(replaced_message(self.label, self.generation, self.current_generation()))
 
     def read_table(self, name: str, what: str) -> pd.DataFrame:
         """A table of the store (``metadata.parquet``, ``ground_truth/*.parquet``), its sha256
@@ -294,7 +287,7 @@ class TileStore:
         if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
             now = self.current_generation()
             if self.generation is not None and now != self.generation:
-                raise CellicaError(_replaced(self.label, self.generation, now))
+                raise CellicaError(replaced_message(self.label, self.generation, now))
             raise CellicaError(f"{what} {redact(path)} is not the one written with this store (its sha256 "
                                "differs: edited, damaged or copied from another store); re-create the store")
         return read_parquet(io.BytesIO(data), what, label=redact(path))
@@ -359,21 +352,10 @@ class TileStore:
         return self.attrs.get("content_sha256") or content_digest(self.path, self.n_tiles, self.shard_tiles)
 
     def verify(self) -> dict[str, Any]:
-        """Read every tile, checking that every shard file exists, every chunk's checksum
-        and the recorded content digest; raises :class:`CellicaError` naming what is damaged."""
+        """Read every tile and table back against the manifest: see :func:`cellica.store.describe.verify`."""
+        from cellica.store.describe import verify
 
-        n_shards = -(-self.n_tiles // self.shard_tiles)
-        for shard in progress(range(n_shards), desc=f"verify {self.path.name}", unit="shard"):
-            self.read_range(shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles))
-        for name in (self._manifest.get("files") or {}):
-            self.read_table(name, "table")
-        recorded = self.attrs.get("content_sha256")
-        if recorded and content_digest(self.path, self.n_tiles, self.shard_tiles) != recorded:
-            raise CellicaError(f"{self.label}: contents differ from the digest recorded when the store was written "
-                               "(a shard or the metadata was changed); re-create it")
-        self.check_unchanged()
-        return {"shards": n_shards, "tiles": self.n_tiles, "chunk_checksums": self.attrs.get("checksums") == "crc32c",
-                "content_digest": bool(recorded), "manifest": bool(self._manifest)}
+        return verify(self)
 
     def validate(self) -> None:
         """Check the store against the contract; raise :class:`CellicaError` listing problems."""
@@ -384,113 +366,13 @@ class TileStore:
             raise CellicaError(f"{self.label}: invalid tile store: " + "; ".join(problems))
 
     def describe(self, verify: bool = False, max_stat_tiles: int = 2048, max_rows: int = 30) -> str:
-        """A readable account of the store (``cellica inspect``): counts per batch, plate and
-        perturbation and channel intensities; with ``verify``, the result of :meth:`verify`."""
-        if verify:
-            r = self.verify()
-            return (f"{self.label}: OK: {r['tiles']} tiles in {r['shards']} shard(s) read back; chunk checksums "
-                    f"{'verified' if r['chunk_checksums'] else 'absent (a store written before crc32c)'}; content "
-                    f"digest {'matches' if r['content_digest'] else 'not recorded (an older store)'}")
-        info = self.summary(max_stat_tiles=max_stat_tiles)
-        lines = [f"store       {info['path']}", f"tiles       {info['n_tiles']} x {info['tile_shape']} {info['dtype']}",
-                 f"controls    {info['n_controls']}", f"source      {info['provenance'].get('source', '?')}"]
-        with pd.option_context("display.max_rows", max_rows, "display.width", 120):
-            for title, key in (("tiles per batch", "per_batch"), ("tiles per plate", "per_plate"),
-                               ("tiles per perturbation", "per_perturbation")):
-                lines.append(f"\n{title}:\n{info[key].head(max_rows).to_string()}")
-            lines.append(f"\nchannel intensities (sample of {info['stats_tiles']} tiles):")
-            lines.append(info["channel_stats"].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-        return "\n".join(lines)
+        """A readable account of the store (``cellica inspect``): see :func:`cellica.store.describe.describe`."""
+        from cellica.store.describe import describe
+
+        return describe(self, verify, max_stat_tiles, max_rows)
 
     def summary(self, max_stat_tiles: int = 2048, seed: int = 0) -> dict[str, Any]:
-        """Counts per batch / plate / perturbation, controls, and channel intensity stats.
+        """Counts and channel statistics: see :func:`cellica.store.describe.summary`."""
+        from cellica.store.describe import summary
 
-        Intensity statistics use a seeded random sample of at most ``max_stat_tiles``
-        tiles so that inspecting a million-tile store stays quick.
-        """
-        md = self.metadata
-        n_sample = min(self.n_tiles, max_stat_tiles)
-        rng = np.random.default_rng(seed)
-        sample = np.sort(rng.choice(self.n_tiles, size=n_sample, replace=False))
-        tiles = self.read(sample).astype(np.float64)
-        per_channel = tiles.transpose(1, 0, 2, 3).reshape(self.n_channels, -1)
-        stats = pd.DataFrame(
-            {
-                "channel": self.channel_names,
-                "mean": per_channel.mean(axis=1),
-                "std": per_channel.std(axis=1),
-                "p01": np.percentile(per_channel, 1, axis=1),
-                "p99": np.percentile(per_channel, 99, axis=1),
-                "max": per_channel.max(axis=1),
-                "saturated_frac": (per_channel >= np.iinfo(self.dtype).max).mean(axis=1),
-            }
-        )
-        return {
-            "path": str(self.path),
-            "n_tiles": self.n_tiles,
-            "tile_shape": [self.n_channels, *self.tile_shape],
-            "dtype": str(self.dtype),
-            "n_controls": int(md["is_control"].sum()),
-            "per_batch": md.groupby("batch").size(),
-            "per_plate": md.groupby(["batch", "plate"]).size(),
-            "per_perturbation": md.groupby("perturbation").size().sort_values(ascending=False),
-            "channel_stats": stats,
-            "stats_tiles": n_sample,
-            "provenance": self.attrs.get("provenance", {}),
-        }
-
-
-MANIFEST_KEY = "manifest"
-
-
-def _replaced(label: str, opened: str | None, now: str | None) -> str:
-    return (f"{label}: the tile store was replaced while it was being read (generation {opened} when opened, "
-            f"{now or 'none'} now); nothing was written: run the step again")
-
-
-class _ShardDecoder:
-    """Decodes verified shard bytes with the store's own array metadata, from memory: the
-    bytes checked are the bytes decoded, and each shard file is read in one request."""
-
-    def __init__(self, array_meta: bytes):
-        import zarr
-        from zarr.core.buffer import cpu
-        from zarr.storage import MemoryStore
-
-        self._buffer = cpu.Buffer.from_bytes
-        self._chunks: dict = {"zarr.json": self._buffer(array_meta)}
-        self._array = zarr.open_array(MemoryStore(self._chunks), mode="r", zarr_format=3)
-
-    def read(self, blobs: dict[int, bytes], read):
-        keys = [f"c/{shard}/0/0/0" for shard in blobs]
-        try:
-            for key, data in zip(keys, blobs.values(), strict=True):
-                self._chunks[key] = self._buffer(data)
-            return read(self._array)
-        finally:  # a shard not handed in must never be read (it would be zarr's fill value)
-            for key in keys:
-                self._chunks.pop(key, None)
-
-
-def shard_path(store: Path, shard: int) -> Path:
-    """Where zarr keeps shard ``shard`` of the 4-D ``tiles`` array (default chunk-key encoding)."""
-    return as_path(store) / "tiles" / "c" / str(shard) / "0" / "0" / "0"
-
-
-def content_digest(store: Path, n_tiles: int, shard_tiles: int) -> str:
-    """sha256 over the metadata table and every shard file, in shard order."""
-    import hashlib
-
-    h = hashlib.sha256()
-    files = [as_path(store) / METADATA_FILE] + [shard_path(store, i) for i in range(-(-n_tiles // shard_tiles))]
-    for f in files:
-        h.update(f.name.encode())
-        if f.is_file():
-            with f.open("rb") as fh:
-                for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
-                    h.update(block)
-        else:
-            h.update(b"<missing>")
-    return h.hexdigest()
-
-
+        return summary(self, max_stat_tiles, seed)

@@ -21,8 +21,9 @@ from cellica.core.atomic import (
     recover,
     remove,
     tmp_sibling,
+    to_parquet,
 )
-from cellica.core.errors import CellicaError
+from cellica.core.errors import CellicaError, writing_failed
 from cellica.core.logs import get_logger
 from cellica.store.metadata import (
     ALLOWED_DTYPES,
@@ -33,7 +34,8 @@ from cellica.store.metadata import (
     duplicated_ids,
     normalise_metadata,
 )
-from cellica.store.tilestore import MANIFEST_KEY, TileStore, content_digest, shard_path
+from cellica.store.shards import MANIFEST_KEY, content_digest, store_manifest
+from cellica.store.tilestore import TileStore
 
 log = get_logger("tilestore")
 
@@ -63,26 +65,6 @@ def validate_parts(
     if len(metadata) and not metadata["is_control"].any():
         problems.append("no control tiles (is_control is false everywhere)")
     return problems
-
-
-def store_manifest(path: Path, n_tiles: int, shard_tiles: int) -> dict[str, Any]:
-    """What a reader checks: each shard file's byte count and crc32c, each table's sha256, and
-    the generation: a digest of all of them, so a store written again with other contents
-    has a new one, while the same contents (same seed) keep the same bytes."""
-    import hashlib
-
-    import google_crc32c
-
-    sizes, crcs = [], []
-    for shard in range(-(-n_tiles // shard_tiles)):
-        data = shard_path(path, shard).read_bytes()
-        sizes.append(len(data))
-        crcs.append(google_crc32c.value(data))
-    tables = [METADATA_FILE, *(f"{GROUND_TRUTH_DIR}/{f.name}" for f in sorted((path / GROUND_TRUTH_DIR).glob("*.parquet")))]
-    files = {name: hashlib.sha256((path / name).read_bytes()).hexdigest() for name in tables}
-    manifest = {"shard_bytes": sizes, "shard_crc32c": crcs, "files": files}
-    generation = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:32]
-    return {"generation": generation, **manifest}
 
 
 class TileStoreWriter:
@@ -190,8 +172,11 @@ class TileStoreWriter:
     def _flush(self, n: int) -> None:
         block = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
         head, rest = block[:n], block[n:]
-        self.array.resize((self._written + n, *self.tile_shape))
-        self.array[self._written : self._written + n] = head
+        try:
+            self.array.resize((self._written + n, *self.tile_shape))
+            self.array[self._written : self._written + n] = head
+        except OSError as exc:  # a full disk or no permission: name the store, not a temporary
+            raise writing_failed([self.path], exc) from None
         self._written += n
         self._pending = [rest] if rest.shape[0] else []
         self._pending_n = rest.shape[0]
@@ -213,17 +198,20 @@ class TileStoreWriter:
             problems = validate_parts(self.array.shape, str(self.dtype), metadata, self.attrs)
             if problems:
                 raise CellicaError(f"{self.path}: refusing to write an invalid store: " + "; ".join(problems))
-            metadata.to_parquet(self.tmp / METADATA_FILE, index=False)
-            if self._extra_tables:
-                (self.tmp / GROUND_TRUTH_DIR).mkdir()
-                for name, table in self._extra_tables.items():
-                    table.to_parquet(self.tmp / GROUND_TRUTH_DIR / f"{name}.parquet", index=False)
-            # What the store holds, for anything keyed on it (e.g. resuming MAE training), and
-            # what every read is checked against (TileStore._shard_bytes, read_table).
-            self.attrs["content_sha256"] = content_digest(self.tmp, self._written, self.shard_tiles)
-            self.attrs[MANIFEST_KEY] = store_manifest(self.tmp, self._written, self.shard_tiles)
-            self.group.attrs.update(json.loads(json.dumps(self.attrs)))
-            commit(self.tmp, self.path, self.overwrite)
+            try:
+                to_parquet(metadata, self.tmp / METADATA_FILE)
+                if self._extra_tables:
+                    (self.tmp / GROUND_TRUTH_DIR).mkdir()
+                    for name, table in self._extra_tables.items():
+                        to_parquet(table, self.tmp / GROUND_TRUTH_DIR / f"{name}.parquet")
+                # What the store holds, for anything keyed on it (e.g. resuming MAE training), and
+                # what every read is checked against (TileStore._shard_bytes, read_table).
+                self.attrs["content_sha256"] = content_digest(self.tmp, self._written, self.shard_tiles)
+                self.attrs[MANIFEST_KEY] = store_manifest(self.tmp, self._written, self.shard_tiles)
+                self.group.attrs.update(json.loads(json.dumps(self.attrs)))
+                commit(self.tmp, self.path, self.overwrite)
+            except OSError as exc:
+                raise writing_failed([self.path], exc) from None
         except BaseException:
             self.abort()
             raise

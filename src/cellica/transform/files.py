@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from cellica.core.adata import read_h5ad, write_h5ad
+from cellica.core.adata import read_h5ad, seal, write_h5ad
 from cellica.core.atomic import atomic_outputs
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
@@ -51,7 +51,7 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
         write_h5ad(result, out)
         return result
     with atomic_outputs([out, model_out], overwrite=True) as (tmp_out, tmp_model):
-        result.write_h5ad(tmp_out)
+        seal(result).write_h5ad(tmp_out)
         model.write(tmp_model)
     return result
 

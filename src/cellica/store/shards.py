@@ -1,0 +1,114 @@
+"""The tile store's shard files and their manifest: where each shard lives, what was written
+(byte count and crc32c per shard, sha256 per table, the generation), and the decoding of
+verified shard bytes from memory, so the bytes checked are the bytes decoded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cellica.core.remote import as_path
+from cellica.store.metadata import GROUND_TRUTH_DIR, METADATA_FILE
+
+MANIFEST_KEY = "manifest"
+
+
+def replaced_message(label: str, opened: str | None, now: str | None) -> str:
+    return (f"{label}: the tile store was replaced while it was being read (generation {opened} when opened, "
+            f"{now or 'none'} now); nothing was written: run the step again")
+
+
+class ShardDecoder:
+    """Decodes verified shard bytes with the store's own array metadata, from memory: the
+    bytes checked are the bytes decoded, and each shard file is read in one request."""
+
+    def __init__(self, array_meta: bytes):
+        import zarr
+        from zarr.core.buffer import cpu
+        from zarr.storage import MemoryStore
+
+        self._buffer = cpu.Buffer.from_bytes
+        self._chunks: dict = {"zarr.json": self._buffer(array_meta)}
+        self._array = zarr.open_array(MemoryStore(self._chunks), mode="r", zarr_format=3)
+
+    def read(self, blobs: dict[int, bytes], read):
+        keys = [f"c/{shard}/0/0/0" for shard in blobs]
+        try:
+            for key, data in zip(keys, blobs.values(), strict=True):
+                self._chunks[key] = self._buffer(data)
+            return read(self._array)
+        finally:  # a shard not handed in must never be read (it would be zarr's fill value)
+            for key in keys:
+                self._chunks.pop(key, None)
+
+
+def shard_problem(data: bytes | None, shard: int, manifest: dict) -> str | None:
+    """What is wrong with shard ``shard``'s bytes (``None``: missing file) against the manifest:
+    absent, empty, another size or crc32c than written (damaged, or a shard of another store).
+    Stores written before manifests existed are checked for presence and emptiness only."""
+    import google_crc32c
+
+    if data is None:
+        return "is missing: the store is damaged (it would read as zeros)"
+    if not data:
+        return "is empty (0 bytes): the store is damaged (it would read as zeros)"
+    sizes, crcs = manifest.get("shard_bytes"), manifest.get("shard_crc32c")
+    if sizes is not None and len(data) != sizes[shard]:
+        return f"is damaged: {len(data)} bytes where {sizes[shard]} were written (truncated, or a shard of another store)"
+    if crcs is not None and google_crc32c.value(data) != crcs[shard]:
+        return ("is damaged: its crc32c differs from the one recorded when the store was written (flipped bytes, or "
+                "a shard of another store)")
+    return None
+
+
+def generation_at(path: Path) -> str | None:
+    """The generation of the store now at ``path`` (``None``: gone, half-replaced or unreadable)."""
+    try:
+        attrs = json.loads((as_path(path) / "zarr.json").read_bytes()).get("attributes", {})
+    except Exception:  # not the generation a reader holds, whatever the cause
+        return None
+    return (attrs.get(MANIFEST_KEY) or {}).get("generation")
+
+
+def shard_path(store: Path, shard: int) -> Path:
+    """Where zarr keeps shard ``shard`` of the 4-D ``tiles`` array (default chunk-key encoding)."""
+    return as_path(store) / "tiles" / "c" / str(shard) / "0" / "0" / "0"
+
+
+def content_digest(store: Path, n_tiles: int, shard_tiles: int) -> str:
+    """sha256 over the metadata table and every shard file, in shard order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    files = [as_path(store) / METADATA_FILE] + [shard_path(store, i) for i in range(-(-n_tiles // shard_tiles))]
+    for f in files:
+        h.update(f.name.encode())
+        if f.is_file():
+            with f.open("rb") as fh:
+                for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                    h.update(block)
+        else:
+            h.update(b"<missing>")
+    return h.hexdigest()
+
+
+def store_manifest(path: Path, n_tiles: int, shard_tiles: int) -> dict[str, Any]:
+    """What a reader checks: each shard file's byte count and crc32c, each table's sha256, and
+    the generation: a digest of all of them, so a store written again with other contents
+    has a new one, while the same contents (same seed) keep the same bytes."""
+    import hashlib
+
+    import google_crc32c
+
+    sizes, crcs = [], []
+    for shard in range(-(-n_tiles // shard_tiles)):
+        data = shard_path(path, shard).read_bytes()
+        sizes.append(len(data))
+        crcs.append(google_crc32c.value(data))
+    tables = [METADATA_FILE, *(f"{GROUND_TRUTH_DIR}/{f.name}" for f in sorted((path / GROUND_TRUTH_DIR).glob("*.parquet")))]
+    files = {name: hashlib.sha256((path / name).read_bytes()).hexdigest() for name in tables}
+    manifest = {"shard_bytes": sizes, "shard_crc32c": crcs, "files": files}
+    generation = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:32]
+    return {"generation": generation, **manifest}
