@@ -7,6 +7,7 @@ Every features file (``.h5ad``) holds ``.X`` float32 (samples x features),
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -236,13 +237,25 @@ def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):
 def stored_variant(path: str | os.PathLike, default: str) -> str:
     """The variant a features file was made by (``.uns['transform']['variant']``), read without
     loading the matrix; ``default`` when it records none (imported features)."""
-    import h5py
-
-    if not Path(path).is_file():
-        raise CellicaError(f"features file {path} does not exist")
-    with h5py.File(path, "r") as fh:
+    with h5_file(path) as fh:
         node = fh.get("uns/transform/variant")
         if node is None:
             return default
         value = node[()]
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@contextlib.contextmanager
+def h5_file(path: str | os.PathLike):
+    """An .h5ad opened read-only with h5py; a missing, empty, truncated or foreign file is a
+    one-line error naming it (h5py's own message names no file)."""
+    import h5py
+
+    if not Path(path).is_file():
+        raise CellicaError(f"{path} does not exist")
+    try:
+        fh = h5py.File(path, "r")
+    except OSError as exc:
+        raise CellicaError(f"{path}: cannot read as AnnData .h5ad ({str(exc).splitlines()[0][:200]})") from None
+    with fh:
+        yield fh

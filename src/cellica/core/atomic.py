@@ -236,9 +236,33 @@ def _roll_forward(journal: Path) -> None:
         _hidden(final, "journal").unlink(missing_ok=True)
 
 
+TABLE_SEAL = "cellica_columns_crc32c"  # attrs of a written table: a crc32c per column, and of the attrs
+
+
+def table_seal(table) -> dict[str, str]:
+    """crc32c of each column's values (pandas' value hashes: the same for a string column read
+    back as categorical) and of the other ``attrs``: what :func:`read_parquet` checks."""
+    import google_crc32c
+    import pandas as pd
+
+    def crc(series) -> str:
+        try:
+            hashed = pd.util.hash_pandas_object(series, index=False).to_numpy()
+        except TypeError:  # unhashable cells (lists): their text
+            hashed = pd.util.hash_pandas_object(series.map(repr), index=False).to_numpy()
+        return f"{google_crc32c.value(hashed.tobytes()):08x}"
+
+    seal = {str(c): crc(table[c]) for c in table.columns}
+    attrs = {k: v for k, v in table.attrs.items() if k != TABLE_SEAL}
+    seal["(attrs)"] = f"{google_crc32c.value(json.dumps(attrs, sort_keys=True, default=str).encode()):08x}"
+    return seal
+
+
 def to_parquet(table, path: str | os.PathLike) -> None:
-    """Write a DataFrame as parquet with a crc32 per data page, checked by :func:`read_parquet`
-    (parquet's own compression does not notice every flipped byte)."""
+    """Write a DataFrame as parquet with a crc32 per data page and a seal of its values
+    (:func:`table_seal`), both checked by :func:`read_parquet`: parquet's own compression does
+    not notice every flipped byte, and its statistics and metadata carry no checksum at all."""
+    table.attrs[TABLE_SEAL] = json.dumps(table_seal(table))
     table.to_parquet(path, index=False, write_page_checksum=True)
 
 
@@ -276,6 +300,14 @@ def read_parquet(path, what: str = "table", columns: list[str] | None = None,
             raise CellicaError(f"{what} {redact(path)} does not exist")
         source, shown = str(path), redact(path)
     try:
-        return pd.read_parquet(source, columns=columns, filters=filters, page_checksum_verification=True)
+        table = pd.read_parquet(source, columns=columns, filters=filters, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for a damaged file
         raise CellicaError(f"{what} {shown} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
+    recorded = table.attrs.get(TABLE_SEAL)
+    if recorded and filters is None:  # a row subset cannot be checked against whole columns
+        recorded, found = json.loads(recorded), table_seal(table)
+        bad = [k for k in found if k in recorded and recorded[k] != found[k]]
+        if bad or (columns is None and set(recorded) != set(found)):
+            raise CellicaError(f"{what} {shown} is damaged: {', '.join(bad[:4]) or 'its columns'} differ from what "
+                               "was written; re-create it")
+    return table

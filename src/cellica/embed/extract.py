@@ -122,6 +122,7 @@ def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, ou
         )
     provenance = {
         **info, "store": redact(store.path) if is_url(store.path) else str(Path(store.path).resolve()),
+        "store_generation": store.generation,
         "pooling": p.pooling, "block": block,
         "n_blocks": len(model.encoder.blocks), "device": str(device),
         "cellica_version": __version__, "params": asdict(p), "n_tiles": int(stop - start),
@@ -161,10 +162,11 @@ def gather_embeddings(paths: list[str | os.PathLike], out: str | os.PathLike | N
     missing = sorted(set(range(n)) - set(have))
     if missing or len(have) != len(set(have)):
         raise CellicaError(f"gather: expected shards 0..{n - 1} once each; missing {missing}, got {have}")
-    for key in ("checkpoint_sha256", "store", "pooling", "block"):
-        values = {str(a.uns["provenance"].get(key)) for a in parts}
+    for key in ("checkpoint_sha256", "store", "store_generation", "pooling", "block"):
+        values = {str(a.uns["provenance"].get(key)): pth for a, pth in zip(parts, paths, strict=True)}
         if len(values) > 1:
-            raise CellicaError(f"gather: shards disagree on {key}: {sorted(values)}")
+            shown = "; ".join(f"{Path(p).name}: {v[:16]}" for v, p in values.items())
+            raise CellicaError(f"gather: shards disagree on {key} ({shown}): they are not of one embedding run")
     parts = [parts[k] for k in np.argsort([s["start"] for s in shards])]
     bounds = [(a.uns["provenance"]["shard"]["start"], a.uns["provenance"]["shard"]["stop"]) for a in parts]
     for (_, stop), (start, _) in zip(bounds, bounds[1:], strict=False):

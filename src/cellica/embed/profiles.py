@@ -142,6 +142,7 @@ def profile_store(store_path: str | os.PathLike, out: str | os.PathLike | None =
                     "could measure were set to 0", whole, len(objects), names[nuclei], nan_cells)
     provenance = {"format": "cp_measure", "checkpoint": f"cp_measure {cp_version}",
                   "checkpoint_sha256": f"cp_measure-{cp_version}", "store": store.label,
+                  "store_generation": store.generation,
                   "pooling": "mean over nuclei", "params": asdict(p), "nuclei_channel": names[nuclei],
                   "tiles_without_nuclei": whole, "nan_set_to_zero": nan_cells, "cellica_version": __version__,
                   "n_tiles": int(stop - start), "shard": {"index": i, "count": n, "start": start, "stop": stop},

@@ -13,6 +13,7 @@ import pandas as pd
 from cellica.core.adata import stored_variant
 from cellica.core.atomic import read_parquet, write_parquet, write_parquets
 from cellica.core.errors import CellicaError
+from cellica.core.lineage import lineage_for, merge, tag
 from cellica.core.logs import get_logger
 from cellica.evaluate.params import EvalParams
 
@@ -43,21 +44,25 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
     # One file serves every seed (read once); per-seed files are read one at a time, as each seed comes.
     data = paths if len(paths) > 1 else read_evaluation_rows(paths[0])
     per_gene, imps = evaluate_genes(data, params, chunk, variant, threads=threads, truth=gene_truth)
-    write_parquets([per_gene, imps], [out, importances_out])
+    lineage = lineage_for(paths[0], variant)  # the variant's own file (further seeds are re-fits of it)
+    write_parquets([tag(per_gene, lineage), tag(imps, lineage)], [out, importances_out])
     return per_gene
 
 
 def gather_evaluations(per_gene: Sequence[PathLike], importances: Sequence[PathLike], out: PathLike,
                        importances_out: PathLike) -> pd.DataFrame:
     """Merge the gene chunks of one variant; a gene evaluated twice (same seed) is an error."""
-    table = pd.concat([read_parquet(p, "per-gene table") for p in per_gene], ignore_index=True)
+    parts = [(str(p), read_parquet(p, "per-gene table")) for p in per_gene]
+    parts += [(str(p), read_parquet(p, "importances")) for p in importances]
+    lineage = merge(parts, "gather-eval")  # chunks of one run only
+    table = pd.concat([t for _, t in parts[:len(per_gene)]], ignore_index=True)
     keys = ["variant", "gene", "seed"] if "seed" in table else ["variant", "gene"]
     dup = table.duplicated(keys)
     if dup.any():
         raise CellicaError(f"gather-eval: genes evaluated twice, e.g. {table.loc[dup, 'gene'].head(3).tolist()}")
-    imps = pd.concat([read_parquet(p, "importances") for p in importances], ignore_index=True)
+    imps = pd.concat([t for _, t in parts[len(per_gene):]], ignore_index=True)
     table = table.sort_values(keys).reset_index(drop=True)
-    write_parquets([table, imps], [out, importances_out])
+    write_parquets([tag(table, lineage), tag(imps, lineage)], [out, importances_out])
     return table
 
 
@@ -76,7 +81,8 @@ def batch_metrics_files(features: Sequence[PathLike], out: PathLike, activity_ou
     # Variant -> path: variant_metrics reads one variant's matrix at a time.
     paths = {stored_variant(path, str(path)): Path(path) for path in features}
     batch, activity = variant_metrics(paths, params or EvalParams(), gt)
-    write_parquets([batch, activity], [out, activity_out])
+    lineage = merge([(str(path), lineage_for(path, v)) for v, path in paths.items()], "batch-metrics")
+    write_parquets([tag(batch, lineage), tag(activity, lineage)], [out, activity_out])
     return batch
 
 
@@ -89,17 +95,22 @@ def summarize_files(per_gene: Sequence[PathLike], batch: PathLike, activity: Pat
     from cellica.evaluate.summary import summary_table
 
     params = params or EvalParams()
-    genes = pd.concat([read_parquet(p, "per-gene table") for p in per_gene], ignore_index=True)
+    named = [(str(p), read_parquet(p, "per-gene table")) for p in per_gene]
+    genes = pd.concat([t for _, t in named], ignore_index=True)
+    batch_table, activity_table = read_parquet(batch, "batch metrics"), read_parquet(activity, "activity table")
+    named += [(str(batch), batch_table), (str(activity), activity_table)]
     maps = None
     if recall:
         cons = [read_parquet(p, "guide consistency table") for p in consistency]
         maps = (read_parquet(recall, "recall table"), read_parquet(recall_differences, "recall differences"),
                 pd.concat(cons, ignore_index=True) if cons else pd.DataFrame(columns=["variant", "consistent"]))
-    table = summary_table(genes, read_parquet(batch, "batch metrics"), read_parquet(activity, "activity table"),
-                          params.n_boot, params.seed, maps)
+        named += [(str(recall), maps[0]), (str(recall_differences), maps[1]),
+                  *zip(map(str, consistency), cons, strict=True)]
+    lineage = merge(named, "summarize")  # every table of one run
+    table = summary_table(genes, batch_table, activity_table, params.n_boot, params.seed, maps)
     for claim in table[table["table"] == "claim"].itertuples():
         log.info("claim %s: %s (%s)", claim.verdict.upper(), claim.row, claim.detail)
     table.attrs["provenance"] = json.dumps({"per_gene": [str(p) for p in per_gene], "batch": str(batch),
                                             "config_hash": config_hash})
-    write_parquet(table, out)
+    write_parquet(tag(table, lineage), out)
     return table

@@ -8,6 +8,7 @@ import pandas as pd
 
 from cellica.core.adata import read_h5ad
 from cellica.core.atomic import write_parquet
+from cellica.core.errors import CellicaError
 from cellica.identify.align import align
 from cellica.identify.params import AlignParams
 
@@ -17,7 +18,12 @@ def align_files(a: str | os.PathLike, b: str | os.PathLike, params: AlignParams 
     """Held-out alignment error of embedding ``a`` onto ``b`` per class of map (see
     :func:`cellica.identify.align.align`); written to ``out`` when given."""
     params = params or AlignParams()
-    table = align(read_h5ad(a), read_h5ad(b), params, names=(str(a), str(b)))
+    ea, eb = read_h5ad(a), read_h5ad(b)
+    ga, gb = (e.uns.get("provenance", {}).get("store_generation") for e in (ea, eb))
+    if ga and gb and ga != gb:  # paired by tile id: ids of two different stores would pair unrelated tiles
+        raise CellicaError(f"align: {a} and {b} embed different tile stores (generations {ga} and {gb}); align "
+                           "two embeddings of the same store")
+    table = align(ea, eb, params, names=(str(a), str(b)))
     table["n_components"] = params.n_components if params.n_components is not None else 0
     table["a"], table["b"] = str(a), str(b)
     if out:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 
@@ -10,6 +11,7 @@ import pandas as pd
 
 from cellica.core.adata import read_h5ad, stored_variant, write_h5ad
 from cellica.core.atomic import write_parquet, write_parquets
+from cellica.core.lineage import KEY, lineage_for, merge, tag
 from cellica.core.logs import get_logger
 from cellica.maps.params import MapParams
 
@@ -63,8 +65,10 @@ def gene_map_files(features: PathLike, out: PathLike, consistency_out: PathLike,
     genes, table = gene_map(read_h5ad(features), params)
     variant = stored_variant(features, "features")
     genes.uns.setdefault("transform", {})["variant"] = variant
+    lineage = lineage_for(features, variant)
+    genes.uns[KEY] = json.dumps(lineage)
     table.insert(0, "variant", variant)
-    write_parquet(table, consistency_out)
+    write_parquet(tag(table, lineage), consistency_out)
     write_h5ad(genes, out)
     log.info("%s: gene map of %d genes x %d features -> %s", variant, genes.n_obs, genes.n_vars, out)
     return table
@@ -96,6 +100,8 @@ def recall_files(maps: Sequence[PathLike], out: PathLike, differences_out: PathL
     p = params or MapParams()
     p.validate()
     loaded = {stored_variant(path, str(path)): read_map(path) for path in maps}
+    lineage = merge([(str(path), json.loads(str(m.uns.get(KEY, "{}")))) for path, m in zip(maps, loaded.values(),
+                                                                                             strict=True)], "recall")
     pairs = known_pairs(p)
     # recall_tables checks the names (case-only duplicates, the same genes in every map).
     kept, coverage = match_genes(pairs, list(map(str, next(iter(loaded.values())).obs_names)))
@@ -106,5 +112,5 @@ def recall_files(maps: Sequence[PathLike], out: PathLike, differences_out: PathL
     for row in recall[recall["source"] == "all"].itertuples():
         log.info("%s: recall of %d known pairs %.3f (95%% CI %.3f-%.3f; null %.3f)", row.variant, row.n_pairs,
                  row.recall, row.ci_low, row.ci_high, row.null_recall)
-    write_parquets([recall, differences], [out, differences_out])
+    write_parquets([tag(recall, lineage), tag(differences, lineage)], [out, differences_out])
     return recall

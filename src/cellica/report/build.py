@@ -10,6 +10,7 @@ from pathlib import Path
 from cellica.core.adata import stored_variant
 from cellica.core.atomic import read_parquet
 from cellica.core.errors import CellicaError
+from cellica.core.lineage import merge
 from cellica.core.logs import get_logger
 from cellica.report.content import ReportInputs
 from cellica.report.pages import ReportBuilder
@@ -69,12 +70,15 @@ def report_from_files(summary: str | os.PathLike, per_gene: list, importances: l
     if len(per_gene) != len(importances):
         raise CellicaError(f"report: {len(per_gene)} per-gene tables but {len(importances)} importance tables; "
                            "give one of each per variant, in the same order")
-    names = []
+    names, named = [], [(str(summary), read_parquet(summary, "summary table"))]
     for path in map(Path, per_gene):
         table = read_parquet(path, "per-gene table")
         if table.empty or "variant" not in table:
             raise CellicaError(f"{path}: per-gene table without a variant column or rows")
         names.append(str(table["variant"].iloc[0]))
+        named.append((str(path), table))
+    named += [(str(p), read_parquet(p, "importances")) for p in importances]
+    merge(named, "report")  # the summary and the tables it draws beside it are of one run
     opt = lambda p: Path(p) if p else None  # noqa: E731
     inputs = ReportInputs(
         summary=Path(summary), per_gene=dict(zip(names, map(Path, per_gene), strict=True)),

@@ -206,7 +206,11 @@ class PlateFields:
         """The field's declared channels as one (C, H, W) array."""
         array, channels, index = self.arrays[files[0]]
         check_stored(array, index, f"OME-Zarr field {files[0]}")
-        img = np.asarray(array[index])[channels]
+        try:
+            img = np.asarray(array[index])[channels]
+        except Exception as exc:  # a chunk that does not decode (truncated, damaged)
+            raise CellicaError(f"OME-Zarr field {files[0]}: a chunk does not decode ({type(exc).__name__}: "
+                               f"{str(exc)[:160]}); the plate is damaged") from None
         for channel in range(img.shape[0]):
             first = self.channel_dtypes.setdefault(channel, (img.dtype, files[0]))
             if first[0] != img.dtype:

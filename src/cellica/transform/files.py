@@ -8,6 +8,7 @@ import os
 from cellica.core.adata import read_h5ad, seal, write_h5ad
 from cellica.core.atomic import atomic_outputs
 from cellica.core.errors import CellicaError
+from cellica.core.lineage import SOURCE_UNS, features_id
 from cellica.core.logs import get_logger
 from cellica.transform.params import TransformParams
 
@@ -25,6 +26,7 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
     from cellica.transform.variants import make_transform
 
     adata = read_h5ad(input)
+    source = features_id(input)  # every variant of this input records it (cellica.core.lineage)
     if apply:
         model = Transform.load(apply)
         log.info("applying the saved %s transform %s to %s", model.variant, apply, input)
@@ -38,6 +40,7 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
         except (ValueError, IndexError, KeyError) as exc:  # shapes of the model against these features
             raise CellicaError(f"transform model {apply} cannot be applied to {input} ({type(exc).__name__}: "
                                f"{str(exc)[:200]}); fit it on features like these") from None
+        result.uns[SOURCE_UNS] = source
         write_h5ad(result, out)
         return result
     if not variant:
@@ -47,6 +50,7 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
         adata = _position_corrected(adata, params)
     model = make_transform(variant, params)
     result = model.fit_transform(adata)
+    result.uns[SOURCE_UNS] = source
     if not model_out:
         write_h5ad(result, out)
         return result
