@@ -9,6 +9,12 @@ were just written, so all are warm: the comparison is decoding and file overhead
 Prints tiles/s and MB/s and the store's speed-up over each per-file baseline, and what
 the per-chunk crc32c checksums cost: random and sequential reads of the same tiles from a
 store written with and without them, alternated over `--repeats` rounds (median ratio).
+
+What verify-on-read costs (`--docs` writes the `tile-store-verify` table): every shard read
+whole and checked against the store's manifest (byte count, crc32c) before it is decoded,
+against zarr reading the same store unchecked (the path before manifests), alternated over
+`--repeats` rounds, for the reads embedding and training make (sequential shard slabs, and
+shuffled shard groups through the data loader), plus the crc32c's own share of the read time.
 """
 
 from __future__ import annotations
@@ -115,8 +121,11 @@ def main() -> None:
             print(f"random read speed-up of the store over {base}: "
                   f"{reads[base] / reads['zarr store']:.2f}x; write: {writes[base] / writes['zarr store']:.2f}x")
         cost = checksum_cost(root, write_store, batches, args.repeats, n)
+        verify = verify_cost(root, args.repeats, n)
         if args.docs:
             from _docs import DOCS, markdown, write_block
+
+            write_block(DOCS / "benchmarks.md", "tile-store-verify", markdown(verify, ".3f"))
 
             write_block(DOCS / "benchmarks.md", "tile-store-checksums", markdown(cost, ".2f"))
 
@@ -140,6 +149,51 @@ def checksum_cost(root: Path, write_store, batches, repeats: int, n: int) -> pd.
               f"({without / with_crc:.2f}x of the throughput without; median of {repeats})", flush=True)
         rows.append({"read": label, "tiles/s with crc32c": count / with_crc, "tiles/s without": count / without,
                      "throughput with / without": without / with_crc, "rounds": repeats})
+    return pd.DataFrame(rows)
+
+
+def verify_cost(root: Path, repeats: int, n: int) -> pd.DataFrame:
+    """Verified reads (the manifest checked, shard by shard) against unverified zarr reads of the
+    same store, alternated; and the crc32c's share of a verified read."""
+    import google_crc32c
+
+    from cellica.embed.loader import TileBlocks
+    from cellica.embed.mae import TileNormalizer
+
+    store = TileStore.open(root / "s.zarr")
+    step = store.shard_tiles
+    unchecked = {"sequential shard slabs (embed)": lambda: [np.asarray(store._array[a: a + step]) for a in range(0, n, step)],
+                 "shuffled shard groups (train loader)": None}
+    checked = {"sequential shard slabs (embed)": lambda: [store.read_range(a, min(a + step, n)) for a in range(0, n, step)],
+               "shuffled shard groups (train loader)": None}
+    norm = TileNormalizer(mode="tile")
+
+    def loader(verified: bool):
+        data = TileBlocks(store.path, np.arange(n), norm, 64, shuffle_seed=0, generation=store.generation)
+        if not verified:  # the same iteration with zarr's own unchecked read
+            data._store = TileStore.open(store.path)
+            data._store.read_range = lambda a, b, st=data._store: np.asarray(st._array[a:b])
+        return lambda: [None for _ in data]
+
+    checked["shuffled shard groups (train loader)"] = loader(True)
+    unchecked["shuffled shard groups (train loader)"] = loader(False)
+    assert all(np.array_equal(a, b) for a, b in zip(checked["sequential shard slabs (embed)"](),
+                                                    unchecked["sequential shard slabs (embed)"](), strict=True))
+    times = {k: {"verified": [], "unverified": []} for k in checked}
+    for _ in range(repeats):
+        for k in checked:
+            times[k]["verified"].append(time_it(checked[k]))
+            times[k]["unverified"].append(time_it(unchecked[k]))
+    blobs = [store.shard_file(i).read_bytes() for i in range(-(-n // step))]
+    crc = np.median([time_it(lambda: [google_crc32c.value(b) for b in blobs]) for _ in range(repeats)])
+    rows = []
+    for k, t in times.items():
+        v, u = np.median(t["verified"]), np.median(t["unverified"])
+        rows.append({"read": k, "tiles/s verified": n / v, "tiles/s unverified": n / u,
+                     "verified / unverified time": v / u, "crc32c share of the verified read": crc / v,
+                     "rounds": repeats})
+        print(f"verify-on-read, {k}: {n / v:,.0f} tiles/s verified vs {n / u:,.0f} unverified "
+              f"(time {v / u:.3f}x; crc32c {crc / v:.1%} of it)", flush=True)
     return pd.DataFrame(rows)
 
 

@@ -439,3 +439,178 @@ def test_parallel_classifiers_do_not_crash_lightgbm(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}  # as in a DAG job
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-2000:]}"
+
+
+# ---------------------------------------------------------------------- issue 29's invariants
+# YAML aliases nested nine deep: 10^9 values once expanded, a few hundred bytes as text.
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 10)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True))
+
+def test_config_values_a_job_would_refuse_are_refused_before_any_job(tmp_path):
+    """Every section built as its command builds it, input files read by their own readers, and
+    a YAML alias bomb counted without expanding it: all at config time (cellica.config)."""
+    import time
+
+    import yaml
+
+    from cellica.config import MAX_CONFIG_VALUES, check_config_size, config_rules, defaults
+
+    def problems(**sections):
+        cfg = defaults()
+        for name, values in sections.items():
+            cfg[name] = {**cfg[name], **values}
+        return config_rules(cfg) or ""
+
+    assert "transform.n_components must be a whole count" in problems(transform={"n_components": 8.7})
+    assert "transform.n_components: must be a finite number" in problems(transform={"n_components": float("inf")})
+    (tmp_path / "pairs.csv").write_text("entity1,entity2\n")
+    assert "has a header but no rows" in problems(maps={"annotation_file": str(tmp_path / "pairs.csv")})
+    assert "does not exist" in problems(transform={"position_table": str(tmp_path / "nope.csv")})
+    assert problems() == ""
+    t0 = time.perf_counter()
+    with pytest.raises(CellicaError, match=f"expands to more than {MAX_CONFIG_VALUES:,} values"):
+        check_config_size(yaml.safe_load(ALIAS_BOMB))  # 10^9 values if expanded
+    assert time.perf_counter() - t0 < 5
+
+
+def test_the_documented_override_of_a_bad_value_fails_in_the_dry_run(tmp_path):
+    from tests.test_workflow import snakemake
+
+    run = snakemake(tmp_path, "--dry-run", "--config", "transform={n_components: 8.7}")
+    assert run.returncode != 0 and "transform.n_components must be a whole count" in run.stdout + run.stderr
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(ALIAS_BOMB)
+    run = snakemake(tmp_path, "--dry-run", configfile=bomb)
+    assert run.returncode != 0 and "expands to more than" in run.stdout + run.stderr
+
+
+def test_gene_names_equal_up_to_case_stop_the_first_stage(tmp_path, capsys):
+    t = pd.DataFrame({"plate": "P", "well": [f"A{i}" for i in range(6)], "batch": "B",
+                      "perturbation": ["c", "c", "TP53", "tp53", "G1", "G1"],
+                      "is_control": [True, True, False, False, False, False], "f0": np.arange(6.0)})
+    t.to_csv(tmp_path / "t.csv", index=False)
+    code, err = cli(capsys, "import-features", str(tmp_path / "t.csv"), "--out", str(tmp_path / "f.h5ad"))
+    assert code == 2 and "perturbation names 'TP53' and 'tp53' differ only by case" in one_line(err)
+
+
+def test_id_like_columns_are_refused_unless_named(tmp_path, capsys):
+    t = pd.DataFrame({"plate": "P", "well": [f"A{i}" for i in range(6)], "batch": "B",
+                      "perturbation": ["c", "c", "G1", "G1", "G2", "G2"],
+                      "is_control": [True, True, False, False, False, False], "TableNumber": range(6),
+                      "f0": np.linspace(0, 1, 6), "f1": np.linspace(1, 0, 6)})
+    t.to_csv(tmp_path / "t.csv")  # pandas' saved index becomes "Unnamed: 0"
+    out = tmp_path / "f.h5ad"
+    code, err = cli(capsys, "import-features", str(tmp_path / "t.csv"), "--out", str(out))
+    assert code == 2 and "['Unnamed: 0', 'TableNumber'] look like identifiers" in one_line(err)
+    assert not out.exists()
+    code, err = cli(capsys, "import-features", str(tmp_path / "t.csv"), "--out", str(out), "--columns", "f*")
+    assert code == 0
+    import anndata as ad
+
+    assert ad.read_h5ad(out).var_names.tolist() == ["f0", "f1"]
+
+
+@pytest.mark.parametrize("args, why", [
+    (["train-mae", "--store", "{store}", "--out", "{store}"], "--out {store} is also an input (--store)"),
+    (["train-mae", "--store", "{store}", "--out", "{store}/m.safetensors"], "lies inside the input {store}"),
+    (["embed", "--store", "{store}", "--checkpoint", "{model}", "--out", "{model}"], "is also an input (--checkpoint)"),
+    (["train-mae", "--store", "{store}", "--out", "{root}"], "contains the input {store}"),
+])
+def test_no_output_over_in_or_around_an_input(args, why, store_copy, tiny_model, tmp_path, capsys):
+    model = tmp_path / "model.safetensors"
+    shutil.copyfile(tiny_model, model)
+    shutil.copyfile(tiny_model.with_suffix(".json"), model.with_suffix(".json"))
+    fill = {"store": str(store_copy), "model": str(model), "root": str(tmp_path)}
+    before = {p: p.read_bytes() for p in store_copy.rglob("*") if p.is_file()}
+    code, err = cli(capsys, *[a.format(**fill) for a in args])
+    assert code == 2 and why.format(**fill) in one_line(err)
+    assert {p: p.read_bytes() for p in store_copy.rglob("*") if p.is_file()} == before
+    assert model.read_bytes() == tiny_model.read_bytes()
+
+
+def test_overwrite_replaces_only_its_own_kind(tmp_path, capsys, store_copy):
+    mine = tmp_path / "mydata"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    sim = [a for k, v in TINY_SIM.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+    code, err = cli(capsys, "simulate", "--out", str(mine), "--overwrite", *sim)
+    assert code == 2 and "exists and is not a tile store" in one_line(err)
+    assert (mine / "notes.txt").read_text() == "precious"
+    (store_copy / "my_notes.txt").write_text("kept")  # a stranger's file inside a store
+    code, err = cli(capsys, "simulate", "--out", str(store_copy), "--overwrite", *sim)
+    assert code == 2 and "holding other files too (my_notes.txt)" in one_line(err)
+    # nothing is ever written inside a store (it is replaced whole when written again)
+    code, err = cli(capsys, "import-features", str(tmp_path / "x.csv"), "--out", str(store_copy / "f.h5ad"))
+    assert code == 2 and "never written inside a tile store" in one_line(err)
+    (tmp_path / "notes.h5ad").write_text("not an h5ad")
+    from cellica.core.paths import check_output
+
+    with pytest.raises(CellicaError, match=r"notes.h5ad exists and is not an HDF5 \(.h5ad\) file"):
+        check_output(tmp_path / "notes.h5ad")
+
+
+def test_a_file_replaced_under_a_reader_is_read_whole(tmp_path, monkeypatch):
+    """Every write renames a finished file into place, so a reader that has opened a file keeps
+    reading that file: replacing it meanwhile cannot mix two versions."""
+    import h5py
+
+    from cellica.core.adata import make_adata, read_h5ad, write_h5ad
+
+    def features(value):
+        obs = pd.DataFrame({"plate": "P", "well": list("abcd"), "batch": "B", "perturbation": ["c", "c", "g", "g"],
+                            "is_control": [True, True, False, False]}, index=list("abcd"))
+        return make_adata(np.full((4, 3), value, np.float32), obs, None, {}, "test")
+
+    import anndata._io.h5ad as reader
+
+    path = tmp_path / "f.h5ad"
+    write_h5ad(features(1.0), path)
+    done = []
+
+    class Opening:  # anndata's h5py, whose File replaces the file on disk once it is open
+        def __getattr__(self, name):
+            return getattr(h5py, name)
+
+        @staticmethod
+        def File(*args, **kwargs):  # noqa: N802 - h5py's name
+            handle = h5py.File(*args, **kwargs)
+            if not done:
+                done.append(True)
+                write_h5ad(features(2.0), path)  # the atomic writer: a new file renamed in
+            return handle
+
+    monkeypatch.setattr(reader, "h5py", Opening())
+    first = read_h5ad(path)
+    monkeypatch.undo()
+    assert done and (first.X == 1.0).all()  # the version it opened, whole
+    assert (read_h5ad(path).X == 2.0).all()
+
+
+def test_a_reader_that_loses_stderr_mid_work_never_reports_success(tiny_store, tiny_model, tmp_path):
+    out = tmp_path / "e.h5ad"
+    cmd = (f"{sys.executable} -m cellica.cli embed --store '{tiny_store.path}' --checkpoint '{tiny_model}' "
+           f"--out '{out}' 2>&1 >/dev/null | head -c 0; exit ${{PIPESTATUS[0]}}")
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}  # its progress bar meets the closed pipe
+    run = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 141 and not out.exists()
+
+
+def test_mae_weights_depend_on_mae_threads_not_on_the_machine(tiny_store, tmp_path):
+    """The torch thread count is a parameter (mae.threads, default 2), never the job's cores: the
+    same value gives the same bytes whatever torch was set to before."""
+    import torch
+
+    from cellica.embed.params import TrainParams
+    from cellica.embed.train import train_mae
+
+    saved = torch.get_num_threads()
+    try:
+        outs = []
+        for before in (1, 2):
+            torch.set_num_threads(before)
+            out = tmp_path / f"cores{before}" / "model.safetensors"
+            train_mae(tiny_store.path, out, TrainParams(**{**TINY_MAE, "threads": 2, "epochs": 2}))
+            outs.append(out.read_bytes())
+    finally:
+        torch.set_num_threads(saved)
+    assert outs[0] == outs[1]

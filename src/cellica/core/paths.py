@@ -137,3 +137,8 @@ def check_disjoint(inputs: Iterable[tuple[str, str]], outputs: Iterable[tuple[st
         for p_opt, p_raw, other in outs[k + 1:]:
             if other is not None and (other == o or o in other.parents or other in o.parents):
                 raise CellicaError(f"{o_opt} {o_raw} and {p_opt} {p_raw} overlap; give each output its own path")
+    for o_opt, o_raw, o in outs:  # before any work, not only when the output is written
+        store = enclosing_store(o) if o is not None else None
+        if store is not None:
+            raise CellicaError(f"{o_opt} {o_raw}: outputs are never written inside a tile store ({store}), which "
+                               "is replaced whole when it is written again; choose a path outside it")

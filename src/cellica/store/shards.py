@@ -63,6 +63,28 @@ def shard_problem(data: bytes | None, shard: int, manifest: dict) -> str | None:
     return None
 
 
+def index_size(shard_tiles: int) -> int:
+    """Bytes of a shard's index at its end: an offset and a length per chunk, then its crc32c."""
+    return 16 * shard_tiles + 4
+
+
+def index_problem(size: int, index: bytes, shard: int, manifest: dict) -> str | None:
+    """:func:`shard_problem` for a sparse read, which reads a shard's index and a few chunks
+    instead of the whole file: the file's size and its index's crc32c (every chunk read carries
+    its own crc32c, checked by zarr)."""
+    import google_crc32c
+
+    sizes, index_crcs = manifest.get("shard_bytes"), manifest.get("shard_index_crc32c")
+    if size == 0:
+        return "is empty (0 bytes): the store is damaged (it would read as zeros)"
+    if sizes is not None and size != sizes[shard]:
+        return f"is damaged: {size} bytes where {sizes[shard]} were written (truncated, or a shard of another store)"
+    if index_crcs is not None and google_crc32c.value(index) != index_crcs[shard]:
+        return ("is damaged: its index differs from the one recorded when the store was written (flipped bytes, or "
+                "a shard of another store)")
+    return None
+
+
 def generation_at(path: Path) -> str | None:
     """The generation of the store now at ``path`` (``None``: gone, half-replaced or unreadable)."""
     try:
@@ -102,13 +124,15 @@ def store_manifest(path: Path, n_tiles: int, shard_tiles: int) -> dict[str, Any]
 
     import google_crc32c
 
-    sizes, crcs = [], []
+    sizes, crcs, index_crcs = [], [], []
+    tail = index_size(shard_tiles)
     for shard in range(-(-n_tiles // shard_tiles)):
         data = shard_path(path, shard).read_bytes()
         sizes.append(len(data))
         crcs.append(google_crc32c.value(data))
+        index_crcs.append(google_crc32c.value(data[-tail:]))
     tables = [METADATA_FILE, *(f"{GROUND_TRUTH_DIR}/{f.name}" for f in sorted((path / GROUND_TRUTH_DIR).glob("*.parquet")))]
     files = {name: hashlib.sha256((path / name).read_bytes()).hexdigest() for name in tables}
-    manifest = {"shard_bytes": sizes, "shard_crc32c": crcs, "files": files}
+    manifest = {"shard_bytes": sizes, "shard_crc32c": crcs, "shard_index_crc32c": index_crcs, "files": files}
     generation = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:32]
     return {"generation": generation, **manifest}

@@ -26,16 +26,13 @@ reader holds it (a new ``generation``) fails that reader instead of mixing two s
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from cellica.core.atomic import (
-    read_parquet,
-)
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.core.remote import as_path, redact
@@ -44,14 +41,12 @@ from cellica.store.metadata import (
     METADATA_FILE,
     normalise_metadata,
 )
+from cellica.store.reading import VerifiedReads
 from cellica.store.shards import (
     MANIFEST_KEY,
     ShardDecoder,
     content_digest,
-    generation_at,
     replaced_message,
-    shard_path,
-    shard_problem,
 )
 
 if TYPE_CHECKING:
@@ -60,7 +55,7 @@ if TYPE_CHECKING:
 log = get_logger("tilestore")
 
 
-class TileStore:
+class TileStore(VerifiedReads):
     """Read access to a finished tile store.
 
     Use :meth:`TileStore.open` to read and :meth:`TileStore.create` to write.
@@ -203,134 +198,6 @@ class TileStore:
             f"TileStore({str(self.path)!r}, n_tiles={self.n_tiles}, "
             f"channels={self.channel_names}, tile_shape={self.tile_shape}, dtype={self.dtype})"
         )
-
-    # ------------------------------------------------------------------ reading
-    @property
-    def generation(self) -> str | None:
-        """The id written with this store (a new one each time the store is written); ``None``
-        for stores written before generations existed."""
-        return self._manifest.get("generation")
-
-    def shard_file(self, shard: int) -> Path:
-        """The file holding shard ``shard`` (tiles ``shard * shard_tiles`` onwards)."""
-        return shard_path(self.path, shard)
-
-    def _shard_tiles_range(self, shard: int) -> str:
-        lo, hi = shard * self.shard_tiles, min((shard + 1) * self.shard_tiles, self.n_tiles)
-        return f"tiles {lo}-{hi - 1}"
-
-    def _damaged(self, shard: int, what: str) -> CellicaError:
-        """The error for a shard that is not what was written: a replaced store says so."""
-        now = self.current_generation()
-        if self.generation is not None and now != self.generation:
-            return CellicaError(replaced_message(self.label, self.generation, now))
-        return CellicaError(f"{self.label}: shard file {redact(self.shard_file(shard))} "
-                            f"({self._shard_tiles_range(shard)}) {what}; re-create the store")
-
-    def _shard_bytes(self, shard: int) -> bytes:
-        """Shard ``shard``'s file, read whole and checked against the manifest
-        (:func:`cellica.store.shards.shard_problem`)."""
-        try:
-            data = self.shard_file(shard).read_bytes()
-        except FileNotFoundError:
-            data = None
-        problem = shard_problem(data, shard, self._manifest)
-        if problem:
-            raise self._damaged(shard, problem)
-        return data
-
-    def _decoded(self, shards: range, read):
-        """Run ``read(array)`` on an array holding only the verified bytes of ``shards``."""
-        if self._decoder is None:  # pragma: no cover - every opened store has one
-            raise CellicaError(f"{self.label}: not opened for reading")
-        blobs = {s: self._shard_bytes(s) for s in shards}
-        try:
-            return self._decoder.read(blobs, read)
-        except CellicaError:
-            raise
-        except Exception as exc:  # the codec's checks (per-chunk crc32c, Blosc) on verified bytes
-            first, last = shards[0], shards[-1]
-            where = (f"shard file {redact(self.shard_file(first))}" if first == last else
-                     f"shard files {self.shard_file(first).name}..{self.shard_file(last).name}")
-            raise CellicaError(f"{self.label}: {where} ({self._shard_tiles_range(first).split('-')[0]}-"
-                               f"{self._shard_tiles_range(last).split('-')[1]}) is damaged: "
-                               f"{type(exc).__name__}: {str(exc)[:160]}") from None
-
-    def read_range(self, start: int, stop: int) -> np.ndarray:
-        """Read tiles ``start:stop`` (a contiguous slab: the fast path), verified."""
-        if stop <= start:
-            return np.empty((0, self.n_channels, *self.tile_shape), dtype=self.dtype)
-        shards = range(start // self.shard_tiles, (stop - 1) // self.shard_tiles + 1)
-        return self._decoded(shards, lambda a: np.asarray(a[start:stop]))
-
-    def current_generation(self) -> str | None:
-        """The generation of the store now at :attr:`path` (``None`` when there is none)."""
-        return generation_at(self.path)
-
-    def check_unchanged(self) -> None:
-        """Raise unless the store at :attr:`path` is still the one opened (call when a read
-        finishes: a store replaced during the read fails the reader, never mixes)."""
-        if self.generation is not None and self.current_generation() != self.generation:
-            raise CellicaError(replaced_message(self.label, self.generation, self.current_generation()))
-
-    def read_table(self, name: str, what: str) -> pd.DataFrame:
-        """A table of the store (``metadata.parquet``, ``ground_truth/*.parquet``), its sha256
-        checked against the manifest (a table from another store or edited is refused)."""
-        import hashlib
-        import io
-
-        path = self.path / name
-        if not path.is_file():
-            raise CellicaError(f"{what} {redact(path)} does not exist")
-        data = path.read_bytes()
-        recorded = (self._manifest.get("files") or {}).get(name)
-        if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
-            now = self.current_generation()
-            if self.generation is not None and now != self.generation:
-                raise CellicaError(replaced_message(self.label, self.generation, now))
-            raise CellicaError(f"{what} {redact(path)} is not the one written with this store (its sha256 "
-                               "differs: edited, damaged or copied from another store); re-create the store")
-        return read_parquet(io.BytesIO(data), what, label=redact(path))
-
-    def read(self, indices: np.ndarray | list[int]) -> np.ndarray:
-        """Read the tiles at ``indices`` (any order, repeats allowed) as one array.
-
-        Indices are grouped by shard and each group is read as one contiguous
-        slab, because zarr's fancy indexing across shards is an order of
-        magnitude slower than slab reads.
-        """
-        idx = np.asarray(indices, dtype=np.int64).ravel()
-        if idx.size and (idx.min() < 0 or idx.max() >= self.n_tiles):
-            raise CellicaError(
-                f"{self.label}: tile index out of range [0, {self.n_tiles}): "
-                f"{int(idx.min())}..{int(idx.max())}"
-            )
-        out = np.empty((idx.size, self.n_channels, *self.tile_shape), dtype=self.dtype)
-        if idx.size == 0:
-            return out
-        order = np.argsort(idx, kind="stable")
-        sorted_idx = idx[order]
-        shard = sorted_idx // self.shard_tiles
-        bounds = np.flatnonzero(np.diff(shard)) + 1
-        for group in np.split(np.arange(idx.size), bounds):
-            members = sorted_idx[group]
-            lo, hi = int(members[0]), int(members[-1]) + 1
-            shard = range(lo // self.shard_tiles, lo // self.shard_tiles + 1)
-            # Sparse picks in a shard are decoded one chunk each; dense ones as a slab.
-            if hi - lo > 4 * members.size:
-                picks = np.unique(members)
-                decoded = self._decoded(shard, lambda a, picks=picks: [np.asarray(a[int(i)]) for i in picks])
-                slab = dict(zip(picks.tolist(), decoded, strict=True))
-                out[order[group]] = np.stack([slab[int(i)] for i in members])
-            else:
-                out[order[group]] = self.read_range(lo, hi)[members - lo]
-        return out
-
-    def iter_blocks(self, block_tiles: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
-        """Yield ``(start, tiles)`` over the whole store in order, shard-aligned."""
-        step = block_tiles or self.shard_tiles
-        for start in range(0, self.n_tiles, step):
-            yield start, self.read_range(start, min(start + step, self.n_tiles))
 
     @property
     def has_ground_truth(self) -> bool:
