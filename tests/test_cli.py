@@ -94,3 +94,27 @@ def test_transform_cli_fit_apply_and_bad_inputs(tmp_path, capsys):
     assert "missing.h5ad does not exist" in capsys.readouterr().err
     assert main(["report", "--summary", str(tmp_path / "none.parquet"), "--per-gene", "x", "--importances", "y",
                  "--out", str(tmp_path / "r")]) == 2
+
+
+def test_every_path_option_has_a_role():
+    """Each option naming a file is an input or an output (cellica.cli.parser), so the CLI's
+    check that no output equals, lies inside or contains an input covers every command."""
+    import dataclasses
+
+    from cellica.cli.parser import COMMANDS, INPUT_OPTIONS, OUTPUT_OPTIONS, _params
+
+    # the commands' own options that are not files
+    not_files = {"overwrite", "stat_tiles", "max_rows", "verify", "variant", "shard", "chunk", "threads",
+                 "config_hash", "gene", "part", "index_only", "entity"}
+    seen = set()
+    for name, _, _, args, params in COMMANDS:
+        for flag, _ in args:
+            dest = flag.lstrip("-").replace("-", "_")
+            seen.add(dest)
+            assert dest in INPUT_OPTIONS | OUTPUT_OPTIONS | not_files | {"docs"}, f"{name} {flag}: no role"
+        for f in dataclasses.fields(_params(*params)) if params else ():
+            seen.add(f.name)
+            if "CSV" in f.metadata.get("help", "") and f.type in ("str | None", "str"):  # names a file
+                assert f.name in INPUT_OPTIONS, f"{name} --{f.name}: names a file but has no role"
+    assert (INPUT_OPTIONS | OUTPUT_OPTIONS) <= seen, (INPUT_OPTIONS | OUTPUT_OPTIONS) - seen
+    assert not INPUT_OPTIONS & OUTPUT_OPTIONS

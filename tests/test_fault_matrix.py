@@ -34,7 +34,7 @@ def matrix_rows() -> list[tuple[str, str, str]]:
 
 
 def run(capsys, *args) -> tuple[int, str]:
-    code = main(["--log-level", "ERROR", *map(str, args)])
+    code = main(list(map(str, args)))
     return code, capsys.readouterr().err
 
 
