@@ -210,9 +210,13 @@ def test_parameters_a_variant_does_not_use_leave_its_result_unchanged(variant):
 
 
 def test_command_line_overrides_are_typed_by_the_field():
-    # What Snakemake's --config transform='{n_components: 8}' evaluate='{seeds: [0, 1]}' delivers.
-    config = {"transform": {"n_components": "8", "batch_correction": "null", "batch_key": "8"},
-              "evaluate": {"seeds": "[0, 1]", "is_unbalance": "false"}, "mae": {"checkpoint": "null"}}
+    # What Snakemake's own parser makes of the README's --config values (its YAML base loader
+    # leaves every scalar text, list items included), not a hand-written guess of it.
+    from snakemake.cli import parse_config
+
+    config = parse_config(["transform={n_components: 8, batch_correction: null, batch_key: '8'}",
+                           "evaluate={seeds: [0, 1], is_unbalance: false}", "mae={checkpoint: null}"])
+    assert config["evaluate"]["seeds"] == ["0", "1"]  # what broke the README's example before
     apply_overrides(config)
     assert config["transform"] == {"n_components": 8, "batch_correction": None, "batch_key": "8"}
     assert config["evaluate"] == {"seeds": [0, 1], "is_unbalance": False}

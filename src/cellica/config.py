@@ -275,6 +275,9 @@ def apply_overrides(config: dict[str, Any]) -> dict[str, Any]:
         text = sec.get(name) if isinstance(sec, dict) else None
         if isinstance(text, str) and (kind.name != "str" or (kind.nullable and text == "null")):
             sec[name] = _typed(sec[name], kind)
+        elif isinstance(text, list) and kind.item in ("int", "float", "bool"):
+            # Snakemake reads `--config s='{key: [0, 1]}'` with YAML's base loader: items are text too
+            sec[name] = [_typed(v, Kind(kind.item, False)) if isinstance(v, str) else v for v in text]
     return config
 
 

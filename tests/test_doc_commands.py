@@ -1,0 +1,140 @@
+"""The documented commands are run as documented: every line of every ``bash`` block in
+README.md and docs/*.md, and every inline `snakemake ...` command, from the repository root
+with the real ``snakemake`` and ``cellica``. A Snakemake run is made a ``--dry-run`` (the
+whole DAG is the e2e tests' job); a ``cellica`` line runs fully. A line that cannot run here
+says so in the doc itself: ``# not in CI: <reason>``. Inline `cellica <stage> ...` synopses
+name a real stage and only its options; inline `python benchmarks/X.py --flag` names a real
+script and only its flags.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, TINY_SIM
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+NOT_IN_CI = "# not in CI:"
+# Files a documented command names as the user's own, and what stands in for them here.
+STAND_INS = {"my_screen.yaml": REPO / "tests" / "configs" / "tiny.yaml",
+             "my.yaml": REPO / "tests" / "configs" / "tiny.yaml"}
+
+
+def fenced_lines() -> list[tuple[str, int, str]]:
+    """(doc, line number, command) of every line of every ```bash block."""
+    out = []
+    for doc in DOCS:
+        inside = False
+        for no, line in enumerate(doc.read_text().splitlines(), 1):
+            if line.startswith("```"):
+                inside = line.strip() in ("```bash", "```sh", "```shell") if not inside else False
+                continue
+            if inside and line.strip() and not line.lstrip().startswith("#"):
+                out.append((doc.name, no, line.strip()))
+    return out
+
+
+def inline(pattern: str) -> list[tuple[str, str]]:
+    """(doc, text) of every inline code span matching ``pattern``."""
+    return [(doc.name, m) for doc in DOCS for m in re.findall(rf"`({pattern}[^`]*)`", doc.read_text())]
+
+
+# Inline snakemake mentions that are not commands to run as written, and why.
+INLINE_NOT_RUN = {
+    "snakemake --report report.zip": "packs a finished run's outputs: test_workflow.py runs it on the tiny run",
+}
+
+
+def _environment() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "TQDM_DISABLE": "1"}
+
+
+def _run(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    for name, stand_in in STAND_INS.items():
+        command = re.sub(rf"(?<![\w/.]){re.escape(name)}", shlex.quote(str(stand_in)), command)
+    words = shlex.split(command, comments=True)
+    if words[0] == "snakemake" and not {"--dry-run", "-n", "--lint"} & set(words):
+        words.append("--dry-run")
+    return subprocess.run(words, cwd=cwd, capture_output=True, text=True, env=_environment(), timeout=600)
+
+
+@pytest.fixture(scope="module")
+def results_here(tmp_path_factory):
+    """A folder with a small results/tiles.zarr, for documented commands that read a run's
+    outputs (`cellica inspect results/tiles.zarr`)."""
+    from cellica.store.params import SimulationParams
+    from cellica.store.simulate import simulate_screen
+
+    root = tmp_path_factory.mktemp("docrun")
+    simulate_screen(root / "results" / "tiles.zarr", SimulationParams(**TINY_SIM, seed=1))
+    return root
+
+
+@pytest.mark.parametrize("doc, no, command", fenced_lines(), ids=[f"{d}:{n}" for d, n, _ in fenced_lines()])
+def test_a_documented_command_runs_as_written(doc, no, command, results_here):
+    if NOT_IN_CI in command:
+        reason = command.split(NOT_IN_CI, 1)[1].strip()
+        assert reason, f"{doc}:{no}: say why it cannot run in CI"
+        pytest.skip(f"{doc}:{no}: {reason}")
+    first = shlex.split(command, comments=True)[0]
+    assert first in ("snakemake", "cellica"), f"{doc}:{no}: an unknown command {first!r}; mark it `{NOT_IN_CI} why`"
+    run = _run(command, REPO if first == "snakemake" else results_here)
+    assert run.returncode == 0, f"{doc}:{no}: {command}\n{(run.stdout + run.stderr)[-3000:]}"
+    if first == "snakemake" and "--lint" not in command:
+        assert "This was a dry-run" in run.stdout + run.stderr, run.stdout[-2000:]
+
+
+@pytest.mark.parametrize("doc, command", inline("snakemake "), ids=[c for _, c in inline("snakemake ")])
+def test_an_inline_snakemake_command_runs_as_written(doc, command):
+    if command in INLINE_NOT_RUN:
+        pytest.skip(f"{doc}: {INLINE_NOT_RUN[command]}")
+    run = _run(command, REPO)
+    assert run.returncode == 0, f"{doc}: {command}\n{(run.stdout + run.stderr)[-3000:]}"
+
+
+def test_inline_cellica_synopses_name_real_stages_and_options():
+    from cellica.cli.parser import build_parser
+
+    parser = build_parser()
+    stages = parser._subparsers._group_actions[0].choices  # noqa: SLF001 - argparse keeps them there
+    checked = 0
+    for doc, text in inline("cellica "):
+        words = text.split()
+        stage = words[1] if len(words) > 1 else ""
+        if stage.startswith(("-", "<")) or not re.fullmatch(r"[a-z-]+", stage):
+            continue  # `cellica --help`, `cellica <stage> --help`
+        assert stage in stages, f"{doc}: `{text}` names no stage of cellica"
+        known = {s for a in stages[stage]._actions for s in a.option_strings}  # noqa: SLF001
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", text):
+            assert flag in known, f"{doc}: `{text}`: {stage} has no option {flag}"
+        checked += 1
+    assert checked > 20
+
+
+def test_inline_benchmark_commands_name_real_scripts_and_flags():
+    checked = 0
+    for doc, text in inline(r"python benchmarks/"):
+        script = REPO / text.split()[1]
+        assert script.is_file(), f"{doc}: `{text}`: no such script"
+        source = script.read_text()
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", text):
+            assert f'"{flag}"' in source, f"{doc}: `{text}`: {script.name} has no option {flag}"
+        checked += 1
+    assert checked > 5
+
+
+def test_the_ci_script_runs_the_readme_install_and_test_line():
+    """CI installs and tests exactly as the README says (its `# not in CI` line is CI)."""
+    readme = (REPO / "README.md").read_text()
+    install = re.search(r"python3 -m venv \.venv && [^\n]*&& pytest", readme).group(0)
+    assert install in (REPO / ".ci" / "run").read_text().replace('-q ', '')
+    assert shutil.which("snakemake", path=_environment()["PATH"])
