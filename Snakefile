@@ -34,3 +34,7 @@ rule all:
 
 onsuccess:
     log_stage_times()
+
+
+onerror:
+    log_failed_jobs(log)

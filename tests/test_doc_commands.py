@@ -138,3 +138,28 @@ def test_the_ci_script_runs_the_readme_install_and_test_line():
     install = re.search(r"python3 -m venv \.venv && [^\n]*&& pytest", readme).group(0)
     assert install in (REPO / ".ci" / "run").read_text().replace('-q ', '')
     assert shutil.which("snakemake", path=_environment()["PATH"])
+
+
+def test_a_failed_job_s_own_error_reaches_the_console(tmp_path):
+    """A misspelled column in features.column_map: the run ends with the job's own line (the
+    columns there are, the nearest match) and its log path, not only CalledProcessError."""
+    import pandas as pd
+    import yaml
+
+    table = pd.DataFrame({"Metadata_Plate": "P", "Metadata_Well": [f"A{i}" for i in range(8)],
+                          "Metadata_Batch": "B", "Metadata_Perturbation": ["c", "g"] * 4,
+                          "Metadata_is_control": [True, False] * 4, "f0": range(8)})
+    table.to_csv(tmp_path / "t.csv", index=False)
+    cfg = {"source": "features", "features": {"path": str(tmp_path / "t.csv"), "column_map": {
+        "plate": "Metadata_Plate", "well": "Metadata_Well", "batch": "Metadata_batch",
+        "perturbation": "Metadata_Perturbation", "is_control": "Metadata_is_control"}},
+        "results_dir": str(tmp_path / "results"), "reports_dir": str(tmp_path / "reports")}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    run = subprocess.run(["snakemake", "--cores", "1", "--configfile", str(tmp_path / "c.yaml")], cwd=REPO,
+                         capture_output=True, text=True, env=_environment(), timeout=600)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0
+    line = next(x for x in out.splitlines() if x.startswith("import_features failed:"))
+    assert "features.column_map names missing column(s) ['Metadata_batch']" in line
+    assert "did you mean 'Metadata_Batch'?" in line and "Metadata_Plate" in line
+    assert f"(whole log: {tmp_path}/results/logs/import_features.log)" in out

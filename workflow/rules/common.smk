@@ -237,9 +237,27 @@ def log_stage_times():
 
 
 def log_where_progress_is():
-    """Jobs write their progress bars into their log files: say so where the user looks."""
+    """Jobs write their progress bars into their log files: say so where the user looks, naming
+    a log this run writes."""
+    if config["source"] == "features":
+        example = f"`tail -f {LOGS}/evaluate/{VARIANTS[0]}-0-of-{N_CHUNKS}.log` while the classifiers run"
+    elif MODEL_TAG == "cp_measure":
+        example = f"`tail -f {LOGS}/profile_tiles/0-of-{N_SHARDS}.log` while the tiles are measured"
+    elif MODEL_TAG == "checkpoint":
+        example = f"`tail -f {LOGS}/embed/{MODEL_TAG}/0-of-{N_SHARDS}.log` while the tiles are embedded"
+    else:
+        example = f"`tail -f {LOGS}/train_mae/{MODEL_TAG}.log` while the MAE trains"
     logger.info(f"each job's progress (rate and ETA, a line every 30 s) is in its log file under {LOGS}/; "
-                f"e.g. `tail -f {LOGS}/train_mae/{MODEL_TAG}.log` while the MAE trains")
+                f"e.g. {example}")
+
+
+def log_failed_jobs(snakemake_log):
+    """The run ends with each failed job's own error line and its log, not only Snakemake's
+    `CalledProcessError` (cellica.core.logs.failed_jobs)."""
+    from cellica.core.logs import failed_jobs
+
+    for rule, path, line in failed_jobs(snakemake_log):
+        logger.error(f"{rule} failed: {line}\n  (whole log: {path})")
 
 
 onstart:

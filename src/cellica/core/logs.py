@@ -84,3 +84,35 @@ def progress(iterable=None, *, total: int | None = None, desc: str = "", unit: s
     seconds = float(os.environ.get("CELLICA_PROGRESS_SECONDS", interval))
     return tqdm(iterable, total=total, desc=desc, unit=unit, file=_LogLines(stream), mininterval=seconds,
                 maxinterval=max(seconds, 1.0), ascii=True, ncols=100, disable=off)
+
+
+def failed_jobs(snakemake_log) -> list[tuple[str, str, str]]:
+    """(rule, log file, the job's own last error line) of every failed job of a Snakemake run,
+    read from the run's log: what Snakemake itself shows is only ``CalledProcessError``.
+
+    The error line is the last ``cellica ...: error: ...`` line of the job's log, else its
+    last non-empty line.
+    """
+    import re
+
+    paths = [snakemake_log] if isinstance(snakemake_log, str | os.PathLike) else list(snakemake_log or [])
+    text = ""
+    for path in paths:  # Snakemake hands its handler one log file or a list of them
+        try:
+            text += open(path, encoding="utf-8", errors="replace").read()
+        except OSError:
+            pass
+    out = []
+    for block in text.split("Error in rule ")[1:]:
+        rule = block.split(":", 1)[0].strip()
+        match = re.search(r"^\s*log: (.+?)(?: \(check log file\(s\) for error details\))?$", block, re.MULTILINE)
+        if not match:
+            continue
+        path = match.group(1).split(", ")[0].strip()
+        try:
+            lines = [line.strip() for line in open(path, encoding="utf-8", errors="replace") if line.strip()]
+        except OSError:
+            lines = []
+        errors = [line for line in lines if line.startswith("cellica ") and ": error: " in line]
+        out.append((rule, path, (errors or lines or ["(the log is empty)"])[-1]))
+    return list(dict.fromkeys(out))

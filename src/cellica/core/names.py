@@ -42,3 +42,20 @@ def check_case_collisions(names: Iterable[object], where: str, what: str = "pert
         if other != name:
             raise CellicaError(f"{where}: {what} {other!r} and {name!r} differ only by case; rename one "
                                "(symbols are case-sensitive, so later stages could not tell them apart)")
+
+
+def missing_columns_message(missing: list[str], columns, what: str) -> str:
+    """``what`` names absent columns: say which columns there are and the nearest match of each
+    (``Metadata_batch`` -> ``Metadata_Batch``), so the fix is one edit."""
+    import difflib
+
+    columns = [str(c) for c in columns]
+    hints = []
+    for name in missing:
+        close = difflib.get_close_matches(name, columns, n=1, cutoff=0.6) or \
+            [c for c in columns if c.lower() == name.lower()]
+        if close:
+            hints.append(f"{name!r} -> did you mean {close[0]!r}?")
+    shown = ", ".join(columns[:15]) + (f", ... ({len(columns)} in all)" if len(columns) > 15 else "")
+    return f"{what} names missing column(s) {missing}" + (f" ({'; '.join(hints)})" if hints else "") + \
+        f"; the columns are: {shown}"

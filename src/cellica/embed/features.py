@@ -18,6 +18,7 @@ from cellica import __version__
 from cellica.core.adata import OBS_REQUIRED, make_adata, read_h5ad, write_h5ad
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.core.names import missing_columns_message
 from cellica.embed.params import FeatureTableParams
 from cellica.embed.tables import Table, fill_matrix, first_duplicate, row_hashes, sha256
 
@@ -70,7 +71,8 @@ def _split_columns(header: pd.DataFrame, p: FeatureTableParams, path: Path) -> t
 
     absent = [src for src in p.column_map.values() if src not in header.columns]
     if absent:
-        raise CellicaError(f"features table {path}: column_map names missing column(s) {absent}")
+        raise CellicaError(f"features table {path}: " + missing_columns_message(absent, header.columns,
+                                                                                  "features.column_map"))
     regex = re.compile(p.metadata_regex) if p.metadata_regex else None
     mapped = set(p.column_map.values())
     declared = {*mapped, *p.extra_metadata, *OBS_REQUIRED, *([p.id_column] if p.id_column else [])}

@@ -22,6 +22,7 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
+from cellica.core.names import missing_columns_message
 from cellica.core.remote import is_url, join, parent, read_bytes, redact
 from cellica.store.metadata import REQUIRED_COLUMNS
 from cellica.store.params import IngestParams
@@ -47,10 +48,8 @@ def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
         raise CellicaError(f"manifest {path}: cannot read as CSV ({exc})") from None
     missing_src = [src for src in p.column_map.values() if src not in raw.columns]
     if missing_src:
-        raise CellicaError(
-            f"manifest {path}: column_map names column(s) {missing_src} that it does not have "
-            f"(it has {list(raw.columns)})"
-        )
+        raise CellicaError(f"manifest {path}: " + missing_columns_message(missing_src, raw.columns,
+                                                                           "ingest.column_map"))
     df = raw.copy()
     for ours, theirs in p.column_map.items():
         df[ours] = raw[theirs]
