@@ -189,3 +189,21 @@ def test_a_page_job_reads_only_its_genes(eval_outputs, tmp_path):
     assert set(one["gene"]) == {UNSAFE[0]} and len(one) == 2  # two variants, one seed
     light = builder._read_per_gene(["gene", "variant", "no_such_column"])
     assert list(light.columns) == ["gene", "variant"]
+
+
+def test_bars_start_at_zero_with_a_labelled_axis_and_the_chance_line():
+    """0.557 and 0.643 draw as bars in that ratio (not 80 vs 123 px from a cut at 0.4); a
+    negative concentration extends left of zero; the axis names its range; chance is marked."""
+    import re
+
+    from cellica.report.svg import bar_chart
+
+    svg = bar_chart(["a", "b", "c"], [0.557, 0.643, -0.1], "AUROC", vmin=-0.1, vmax=1.0, reference=0.5,
+                    reference_label="chance")
+    rects = [(float(x), float(w)) for x, w in re.findall(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', svg)]
+    (xa, wa), (xb, wb), (xc, wc) = rects
+    assert xa == xb and abs(wa / wb - 0.557 / 0.643) < 0.005  # both from zero, lengths as the values
+    assert xc + wc == xa and abs(wc / wb - 0.1 / 0.643) < 0.01  # the negative bar ends at zero
+    ticks = re.findall(r'font-size="9" text-anchor="middle">([^<]+)</text>', svg)
+    assert ticks == ["-0.10", "0", "1.00"] and 'fill="#555">chance</text>' in svg
+    assert "<title>b: 0.643</title>" in svg

@@ -137,12 +137,14 @@ class ReportBuilder:
         vs = [v for v in variants if (metric, v) in means.index]
         vals = [float(means.loc[(metric, v), "value"]) for v in vs]
         finite = [x for x in vals if x == x] or [1.0]
-        lo = 0.4 if metric == "auroc_heldout" else min(0.0, min(finite))
+        lo = min(0.0, min(finite))  # bars start at 0: their lengths compare as the values do
         title = VARIANT_METRICS[metric][0].split(" (")[0] + " (mean over genes)"
         if metric == "recall":  # known pairs of the gene maps, with what chance alone recalls
             null = [float(means.loc[("recall_null", v), "value"]) for v in vs if ("recall_null", v) in means.index]
             title = "Gene map: recall of known pairs" + (f" (null {null[0]:.2f})" if null else "")
-        return bar_chart(vs, vals, title, vmin=lo, vmax=max(1.0 if metric != "concentration" else 0.5, max(finite)))
+        chance = {"reference": 0.5, "reference_label": "chance"} if metric.startswith("auroc") else {}
+        return bar_chart(vs, vals, title, vmin=lo, vmax=max(1.0 if metric != "concentration" else 0.5, max(finite)),
+                         **chance)
 
     def _comparisons(self) -> list[dict[str, Any]]:
         c = self.summary[self.summary["table"] == "comparison"]
@@ -311,7 +313,7 @@ class ReportBuilder:
                 folds += [(f, t, PALETTE[i % len(PALETTE)]) for f, t in cs if len(f) > 1]
         charts = {
             "auroc": bar_chart(variants, [float(rows.loc[v].get("auroc_mean", np.nan)) for v in variants],
-                               "AUROC on held-out batches", vmin=0.4),
+                               "AUROC on held-out batches", reference=0.5, reference_label="chance"),
             "roc": line_chart(mean_curves, "ROC per fold (thin) and their vertical mean (bold)", background=folds)
             if mean_curves else "",
         }

@@ -17,27 +17,49 @@ def _frame(width: int, height: int, body: str, title: str) -> str:
 
 
 def bar_chart(labels: list[str], values: list[float], title: str, vmin: float = 0.0, vmax: float = 1.0,
-              width: int = 420, bar_h: int = 18, color: str | None = None) -> str:
-    """Horizontal bars with value labels; NaN values are drawn as 'n/a'.
+              width: int = 420, bar_h: int = 18, color: str | None = None, reference: float | None = None,
+              reference_label: str = "") -> str:
+    """Horizontal bars from zero with value labels and a labelled value axis; NaN is 'n/a'.
 
-    Each bar takes the palette colour of its position (variants), or ``color`` for all
-    (e.g. the features of one classifier, which are not variants).
+    Every bar starts at 0 (a value below 0 extends left of it), so lengths compare as the values
+    do; the axis shows ``vmin``, 0 and ``vmax``; ``reference`` (e.g. chance AUROC 0.5) is a
+    dashed line named by ``reference_label``. Each bar takes the palette colour of its position
+    (variants), or ``color`` for all (e.g. the features of one classifier, which are not variants).
     """
+    vmin, vmax = min(vmin, 0.0), max(vmax, 0.0)
     left = max(60, min(220, 7 * max((len(str(lab)) for lab in labels), default=4) + 10))
-    pad = 4
-    height = pad * 2 + bar_h * len(labels) + 16
+    pad, plot = 4, width - left - 50
+    axis_y = pad + bar_h * len(labels) + 2
+    height = axis_y + 30
     span = max(vmax - vmin, 1e-12)
+
+    def x_of(v: float) -> float:
+        return left + max(0.0, min(1.0, (v - vmin) / span)) * plot
+
+    zero = x_of(0.0)
     parts = []
     for i, (lab, val) in enumerate(zip(labels, values, strict=True)):
         y = pad + i * bar_h
-        parts.append(f'<text x="{left - 4}" y="{y + bar_h * 0.7:.1f}" text-anchor="end" font-size="11">{escape(str(lab))}</text>')
+        parts.append(f'<text x="{left - 4}" y="{y + bar_h * 0.7:.1f}" text-anchor="end" font-size="11">'
+                     f'<title>{escape(str(lab))}</title>{escape(str(lab))}</text>')
         if val == val:  # not NaN
-            w = max(0.0, min(1.0, (val - vmin) / span)) * (width - left - 50)
+            x = x_of(val)
             fill = color or PALETTE[i % len(PALETTE)]
-            parts.append(f'<rect x="{left}" y="{y + 2}" width="{w:.1f}" height="{bar_h - 4}" fill="{fill}"/>')
-            parts.append(f'<text x="{left + w + 3:.1f}" y="{y + bar_h * 0.7:.1f}" font-size="11">{number(val)}</text>')
+            parts.append(f'<rect x="{min(x, zero):.1f}" y="{y + 2}" width="{abs(x - zero):.1f}" height="{bar_h - 4}" '
+                         f'fill="{fill}"><title>{escape(str(lab))}: {number(val)}</title></rect>')
+            parts.append(f'<text x="{max(x, zero) + 3:.1f}" y="{y + bar_h * 0.7:.1f}" font-size="11">{number(val)}</text>')
         else:
-            parts.append(f'<text x="{left + 3}" y="{y + bar_h * 0.7:.1f}" font-size="11">n/a</text>')
+            parts.append(f'<text x="{zero + 3:.1f}" y="{y + bar_h * 0.7:.1f}" font-size="11">n/a</text>')
+    parts.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot}" y2="{axis_y}" stroke="#999"/>')
+    for t in dict.fromkeys((vmin, 0.0, vmax)):
+        parts.append(f'<line x1="{x_of(t):.1f}" y1="{axis_y}" x2="{x_of(t):.1f}" y2="{axis_y + 4}" stroke="#999"/>')
+        parts.append(f'<text x="{x_of(t):.1f}" y="{axis_y + 13}" font-size="9" text-anchor="middle">{number(t, 2)}</text>')
+    if reference is not None and vmin <= reference <= vmax:
+        xr = x_of(reference)
+        parts.append(f'<line x1="{xr:.1f}" y1="{pad}" x2="{xr:.1f}" y2="{axis_y}" stroke="#555" '
+                     f'stroke-dasharray="3"><title>{escape(reference_label)} {number(reference)}</title></line>')
+        parts.append(f'<text x="{xr:.1f}" y="{axis_y + 13}" font-size="9" text-anchor="middle" fill="#555">'
+                     f'{escape(reference_label)}</text>')
     parts.append(f'<text x="{left}" y="{height - 3}" font-size="10" fill="#555">{escape(title)}</text>')
     return _frame(width, height, "".join(parts), title)
 
