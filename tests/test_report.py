@@ -207,3 +207,14 @@ def test_bars_start_at_zero_with_a_labelled_axis_and_the_chance_line():
     ticks = re.findall(r'font-size="9" text-anchor="middle">([^<]+)</text>', svg)
     assert ticks == ["-0.10", "0", "1.00"] and 'fill="#555">chance</text>' in svg
     assert "<title>b: 0.643</title>" in svg
+
+
+def test_captions_say_the_split_actually_used():
+    from cellica.report.pages import split_words
+
+    assert split_words("batch", "gene")["auroc"] == "AUROC on held-out batches"
+    random = split_words("random", "compound")
+    assert random["auroc"] == "AUROC on a stratified random split" and "held-out" not in random["fold"]
+    assert "this compound was seen in one batch" in random["caption"]
+    template = (Path(__file__).resolve().parents[1] / "src" / "cellica" / "report" / "templates" / "gene.html")
+    assert "{{ split.caption }}" in template.read_text() and "held-out fold" not in template.read_text()

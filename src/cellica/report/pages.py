@@ -286,13 +286,14 @@ class ReportBuilder:
                   "notes": "; ".join(x for x in (rows.loc[v].get("notes", ""), rows.loc[v].get("no_split_reason", ""))
                                      if isinstance(x, str) and x)} for v in variants]
         guides = guide_table(rows, variants)
-        charts = self._gene_charts(rows, variants)
+        split = split_words(str(first.get("split", "batch")), self.inp.entity)
+        charts = self._gene_charts(rows, variants, split["auroc"])
         importance = self._importance_bars(rows, variants, imps, gene)
         embeddings = [{"variant": v, "svg": self._embedding_plot(features[v], imps[v][gene], gene, v)}
                       for v in variants if v in features and gene in imps.get(v, {})]
         counts = sample_counts(features, gene)
         truth = truth_section(effects, gene, rows, variants)
-        return {"gene": gene, "table": table, "guides_table": guides, "entity": self.inp.entity,
+        return {"gene": gene, "table": table, "guides_table": guides, "entity": self.inp.entity, "split": split,
                 "no_split": bool(rows["no_split"].any()) if "no_split" in rows else False,
                 "seed": int(self.seeds[0]), "n_seeds": len(self.seeds), "charts": charts, "importance": importance, "embeddings": embeddings,
                 "counts": counts, "guides": first.get("guides", ""), "batches": first.get("batches", ""),
@@ -301,7 +302,7 @@ class ReportBuilder:
                 "prov": self.provenance, "sources": {v: str(p) for v, p in self.inp.per_gene.items()}}
 
     @staticmethod
-    def _gene_charts(rows: pd.DataFrame, variants: list[str]) -> dict[str, str]:
+    def _gene_charts(rows: pd.DataFrame, variants: list[str], auroc_title: str) -> dict[str, str]:
         """The gene's AUROC bars and its per-fold ROC curves with their vertical mean."""
         curves = {v: json.loads(rows.loc[v]["roc_folds"]) for v in variants
                   if isinstance(rows.loc[v].get("roc_folds"), str) and rows.loc[v]["roc_folds"] != "[]"}
@@ -313,7 +314,7 @@ class ReportBuilder:
                 folds += [(f, t, PALETTE[i % len(PALETTE)]) for f, t in cs if len(f) > 1]
         charts = {
             "auroc": bar_chart(variants, [float(rows.loc[v].get("auroc_mean", np.nan)) for v in variants],
-                               "AUROC on held-out batches", reference=0.5, reference_label="chance"),
+                               auroc_title, reference=0.5, reference_label="chance"),
             "roc": line_chart(mean_curves, "ROC per fold (thin) and their vertical mean (bold)", background=folds)
             if mean_curves else "",
         }
@@ -358,6 +359,16 @@ class ReportBuilder:
         pts = [(float(x[i, 0]), float(x[i, 1]), f"ctrl {obs['batch'].iloc[i]}") for i in ctrl]
         pts += [(float(x[i, 0]), float(x[i, 1]), gene) for i in pert]
         return scatter(pts, f"{variant}: top-2 features", top[0], top[1], highlight=gene)
+
+
+def split_words(split: str, entity: str) -> dict[str, str]:
+    """What a gene page says of the split its classifiers used (the table's ``split``)."""
+    if split == "batch":
+        return {"auroc": "AUROC on held-out batches", "caption": "Held-out-batch AUROC per variant (mean over folds).",
+                "fold": "each held-out batch's fold"}
+    return {"auroc": "AUROC on a stratified random split",
+            "caption": f"AUROC per variant on a stratified random split (this {entity} was seen in one batch, so no "
+                       "batch could be held out), mean over folds.", "fold": "each random fold"}
 
 
 def _write(path: Path, text: str) -> Path:
