@@ -1,12 +1,14 @@
 """End-to-end: the real Snakefile on a tiny config, in a scratch working directory."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -346,3 +348,82 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
     assert (pg["auroc_mean"] > 0.7).all() and not pg["no_split"].any()
     log = (res / "logs" / "evaluate" / "pca_ica-0-of-1.log").read_text()
     assert "evaluating" in log and "tiles" in log
+
+
+class _Tables:
+    """The tables of an HTML page as lists of rows of cell texts, by table id (stdlib parser)."""
+
+    def __init__(self, html: str):
+        from html.parser import HTMLParser
+
+        tables: dict[str, list[list[str]]] = {}
+        state = {"id": None, "row": None, "cell": None, "n": 0}
+
+        class Parser(HTMLParser):
+            def handle_starttag(self, tag, attrs):
+                if tag == "table":
+                    state["n"] += 1
+                    state["id"] = dict(attrs).get("id") or f"table{state['n']}"
+                    tables[state["id"]] = []
+                elif tag == "tr" and state["id"]:
+                    state["row"] = []
+                elif tag in ("td", "th") and state["row"] is not None:
+                    state["cell"] = ""
+
+            def handle_endtag(self, tag):
+                if tag in ("td", "th") and state["cell"] is not None:
+                    state["row"].append(state["cell"].strip())
+                    state["cell"] = None
+                elif tag == "tr" and state["row"] is not None:
+                    tables[state["id"]].append(state["row"])
+                    state["row"] = None
+                elif tag == "table":
+                    state["id"] = None
+
+            def handle_data(self, data):
+                if state["cell"] is not None:
+                    state["cell"] += data
+
+        Parser().feed(html)
+        self.tables = tables
+
+
+def _shown(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", text)]
+
+
+def _agrees(shown: float, value: float) -> bool:
+    """A number as rendered (3 decimals, or 1.2e-04 below 0.001) equals its table's value."""
+    return abs(shown - value) <= 0.00051 or (abs(value) < 1e-3 and abs(shown - value) <= abs(value) * 0.051)
+
+
+def test_every_number_on_the_index_equals_its_table(tiny_run):
+    """The per-variant table (mean [95% CI]), the claims and the paired comparisons on the
+    rendered index, number by number, against summary.parquet."""
+    from cellica.report.content import VARIANT_METRICS
+
+    summary = pd.read_parquet(tiny_run / "results" / "eval" / "summary.parquet")
+    tables = _Tables((tiny_run / "reports" / "index.html").read_text()).tables
+    head, *rows = tables["variants"]
+    variants = head[2:]
+    means = summary[(summary["table"] == "per_variant") & (summary["row"] == "mean")].set_index(["metric", "variant"])
+    by_label = {label.format(entity="gene"): metric for metric, (label, _) in VARIANT_METRICS.items()}
+    checked = 0
+    for row in rows:
+        metric = by_label.get(row[0])
+        if metric is None:
+            continue  # a count row
+        for variant, text in zip(variants, row[2:], strict=True):
+            if text == "n/a":
+                assert (metric, variant) not in means.index or means.loc[(metric, variant), "value"] != \
+                    means.loc[(metric, variant), "value"]
+                continue
+            r = means.loc[(metric, variant)]
+            want = [r["value"]] + ([r["ci_low"], r["ci_high"]] if np.isfinite(r["ci_low"]) else [])
+            got = _shown(text.replace("†", ""))
+            assert len(got) == len(want) and all(map(_agrees, got, want)), (metric, variant, text, want)
+            checked += 1
+    assert checked >= 20
+    claims = summary[summary["table"] == "claim"]
+    shown_claims = {r[0]: r[1] for r in tables["claims"][1:]}
+    assert shown_claims == dict(zip(claims["row"], claims["verdict"], strict=True))

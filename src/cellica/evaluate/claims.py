@@ -81,8 +81,10 @@ def _seed_text(per_seed: list[dict[str, float]]) -> str:
 def _part_text(better: str, worse: str, r) -> str:
     if r["verdict"] == "not tested":
         return f"{better} > {worse}: {r['detail'] or 'not tested'}"
-    return (f"{better} - {worse} = {r['value']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}], "
+    text = (f"{better} - {worse} = {r['value']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}], "
             f"n={int(r['n'])}, Holm p={r['p_holm']:.2g} ({r['verdict']})")
+    power = r.get("power", "") if hasattr(r, "get") else ""
+    return f"{text}: {power}" if isinstance(power, str) and power else text
 
 
 def _batch_claim(batch: pd.DataFrame | None) -> dict:

@@ -28,6 +28,7 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.evaluate.power import power_note
 from cellica.evaluate.registry import COMPARED_METRICS, GENE_METRICS
 
 log = get_logger("compare")
@@ -141,7 +142,7 @@ def compare_variants(values: pd.DataFrame, n_features: dict[str, int], n_boot: i
         m = values[values["metric"] == metric]
         for a, b in pairs:
             row = {"metric": metric, "variant": a, "other": b, "row": f"{a} - {b}", "n": 0, "value": np.nan,
-                   "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan, "seed_sd": np.nan,
+                   "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan, "seed_sd": np.nan, "diff_sd": np.nan,
                    "seeds_positive": 0, "n_seeds": 0, "by_seed": "{}", "detail": ""}
             if a not in present or b not in present:
                 row["detail"] = f"not run: variant {a if a not in present else b} is not in the results"
@@ -154,6 +155,12 @@ def compare_variants(values: pd.DataFrame, n_features: dict[str, int], n_boot: i
     out = pd.DataFrame(rows)
     out["p_holm"] = holm(out["p_value"])
     out["verdict"] = [direction(r) for r in out.itertuples()]
+    # An inconclusive comparison says what would decide it (cellica.evaluate.power).
+    level = ALPHA / max(1, int(np.isfinite(out["p_value"]).sum()))
+    out["power"] = [power_note(r.value, r.diff_sd, r.n, r.seed_sd, r.n_seeds, level)
+                    if r.verdict == "inconclusive" and "diff_sd" in out else "" for r in out.itertuples()]
+    inconclusive = out["verdict"] == "inconclusive"
+    out.loc[inconclusive, "detail"] = out.loc[inconclusive, "power"]
     return out
 
 
@@ -176,6 +183,7 @@ def _paired(m: pd.DataFrame, a: str, b: str, n_boot: int, seed: int) -> dict:
     per_gene = diff.groupby("gene")["d"].mean()
     by_seed = diff.groupby("seed")["d"].mean()
     out = {"n": int(per_gene.size), "seed_sd": _seed_sd(by_seed), "seeds_positive": int((by_seed > 0).sum()),
+           "diff_sd": float(per_gene.std(ddof=1)) if per_gene.size > 1 else np.nan,
            "n_seeds": int(by_seed.size), "p_value": wilcoxon_p(per_gene),
            "by_seed": json.dumps({str(k): float(v) for k, v in by_seed.items()})}
     try:
