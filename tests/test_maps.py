@@ -317,3 +317,35 @@ def test_heatmap_titles_fit_and_small_maps_have_visible_dots():
     assert width >= 5.6 * len(f"{title} (1 - 1)")  # a 12-column grid alone is 154 px: the title set the width
     assert 'r="3.5"' in scatter([(0, 0, "a"), (1, 1, "b")], "t", "x", "y", radius=_radius(2))
     assert _radius(150) > _radius(500) > _radius(5000)
+
+
+def test_a_pooled_screen_with_one_guide_per_gene_maps_and_writes(tmp_path):
+    """Control tiles in every well (a pooled screen: no all-control well) give each plate its
+    control profiles per well; one guide per gene leaves the guide consistency undefined (NaN
+    numbers, not objects the .h5ad cannot store)."""
+    import numpy as np
+    import pandas as pd
+
+    from cellica.core.adata import make_adata, read_sealed
+    from cellica.maps.files import gene_map_files
+
+    rows = []
+    for plate in ("B0P0", "B0P1"):
+        for w in range(6):
+            for t in range(8):
+                ctrl = t < 3
+                rows.append({"plate": plate, "well": f"A{w:02d}", "batch": "B0", "is_control": ctrl,
+                             "perturbation": "NTC" if ctrl else f"G{w % 3}", "guide": "NTC_1" if ctrl else f"G{w % 3}_g1"})
+    obs = pd.DataFrame(rows, index=[f"t{i}" for i in range(len(rows))])
+    # a plate offset (0 or 5) on every tile, and gene g shifted by 1 + g/10 from its plate's controls
+    offset = np.where(obs["plate"] == "B0P1", 5.0, 0.0)
+    shift = np.where(obs["is_control"], 0.0, 1.0 + obs["perturbation"].str[1:].replace("TC", "0").astype(float) / 10)
+    x = np.repeat((offset + shift)[:, None], 4, axis=1).astype(np.float32)
+    from cellica.core.adata import write_h5ad
+
+    write_h5ad(make_adata(x, obs, None, {}, "pooled"), tmp_path / "f.h5ad")
+    table = gene_map_files(tmp_path / "f.h5ad", tmp_path / "m.h5ad", tmp_path / "c.parquet")
+    genes = read_sealed(tmp_path / "m.h5ad")
+    assert list(genes.obs_names) == ["G0", "G1", "G2"] and table["guide_map"].isna().all()
+    # each plate's well profiles were centred on that plate's own control profiles: offsets gone
+    np.testing.assert_allclose(genes.X[:, 0], [1.0, 1.1, 1.2], atol=1e-6)

@@ -121,6 +121,10 @@ def guide_consistency(guides, p: MapParams | None = None) -> pd.DataFrame:
     """
     p = p or MapParams()
     table = guide_correlation(guides, p).merge(guide_map(guides, p), on="perturbation", how="left")
+    # numbers even when no gene has two guides (an empty merge leaves object columns of NaN,
+    # which the map's .h5ad cannot store)
+    for col in ("guide_corr", "corr_p_value", "corr_fdr", "guide_map", "map_p_value", "map_fdr"):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype(float)
     significant = (table["corr_fdr"] <= p.consistency_fdr) | (table["map_fdr"] <= p.consistency_fdr)
     table["consistent"] = pd.array(np.where(table["n_guides"] >= 2, significant, pd.NA), dtype="boolean")
     n_bad = int((table["consistent"] == False).sum())  # noqa: E712 (a nullable column)
