@@ -299,16 +299,22 @@ def test_new_data_reruns_give_a_fresh_runs_results(tiny_run, tmp_path):
                                       check_exact=True, obj=str(table))
 
 
-def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correction(tmp_path):
+@pytest.mark.parametrize("controls_in_every_well", [False, True], ids=["control-wells", "controls-in-every-well"])
+def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correction(tmp_path, controls_in_every_well):
     """Bring-your-own tile-level embeddings: several genes per well, guide and site columns, a
-    truth table of factors, batch_correction none; the whole DAG runs to the report."""
+    truth table of factors, batch_correction none; the whole DAG runs to the report, also for a
+    pooled screen with control tiles in every well and no all-control well (the gene maps
+    centre each plate on its control profiles per well)."""
     import pandas as pd
 
     rng = np.random.default_rng(0)
     rows, z = [], []
     for b in range(3):
         for w in range(8):
-            genes = ["ctrl"] if w < 4 else [f"G{w % 4}", f"G{(w + 1) % 4}"]  # pooled wells hold two genes
+            if controls_in_every_well:
+                genes = ["ctrl", f"G{w % 4}", f"G{(w + 1) % 4}"]
+            else:
+                genes = ["ctrl"] if w < 4 else [f"G{w % 4}", f"G{(w + 1) % 4}"]  # pooled wells hold two genes
             for gene in genes:
                 for k in range(12):
                     f = rng.laplace(size=4)
