@@ -218,3 +218,25 @@ def test_captions_say_the_split_actually_used():
     assert "this compound was seen in one batch" in random["caption"]
     template = (Path(__file__).resolve().parents[1] / "src" / "cellica" / "report" / "templates" / "gene.html")
     assert "{{ split.caption }}" in template.read_text() and "held-out fold" not in template.read_text()
+
+
+def test_importances_pair_with_their_variant_whatever_their_order(tmp_path, monkeypatch):
+    """`--per-gene` in one order, `--importances` in another: each table's lineage names its
+    variant, so the report pairs them correctly (a list order is no contract)."""
+    import pandas as pd
+
+    import cellica.report.build as build
+    from cellica.core.atomic import write_parquet
+    from cellica.core.lineage import tag
+
+    for v in ("pca", "pca_ica"):
+        write_parquet(tag(pd.DataFrame({"variant": [v], "gene": ["G1"], "seed": [0], "auroc_mean": [0.6]}),
+                          {v: f"id-{v}"}), tmp_path / f"{v}_pg.parquet")
+        write_parquet(tag(pd.DataFrame({"seed": [0], "gene": ["G1"], "feature": ["f"], "importance": [1.0]}),
+                          {v: f"id-{v}"}), tmp_path / f"{v}_imp.parquet")
+    write_parquet(pd.DataFrame({"table": ["claim"]}), tmp_path / "s.parquet")
+    captured = {}
+    monkeypatch.setattr(build, "build_report", lambda inputs, out_dir, **kw: captured.update(inputs.importances))
+    build.report_from_files(tmp_path / "s.parquet", [tmp_path / "pca_pg.parquet", tmp_path / "pca_ica_pg.parquet"],
+                            [tmp_path / "pca_ica_imp.parquet", tmp_path / "pca_imp.parquet"], tmp_path / "rep")
+    assert captured == {"pca": tmp_path / "pca_imp.parquet", "pca_ica": tmp_path / "pca_ica_imp.parquet"}

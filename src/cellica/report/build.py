@@ -10,7 +10,7 @@ from pathlib import Path
 from cellica.core.adata import stored_variant
 from cellica.core.atomic import read_parquet
 from cellica.core.errors import CellicaError
-from cellica.core.lineage import merge
+from cellica.core.lineage import SOURCE, lineage_of, merge
 from cellica.core.logs import get_logger
 from cellica.report.content import ReportInputs
 from cellica.report.pages import ReportBuilder
@@ -66,7 +66,8 @@ def report_from_files(summary: str | os.PathLike, per_gene: list, importances: l
                       part: int | None = None, index_only: bool = False, maps: list | None = None,
                       recall=None) -> Path:
     """:func:`build_report` from the evaluation's files: each variant's name is read from its
-    per-gene table (its importances given in the same order) and from its features file."""
+    per-gene table, its importances' own lineage (or, for tables without one, their order) and
+    its features file."""
     if len(per_gene) != len(importances):
         raise CellicaError(f"report: {len(per_gene)} per-gene tables but {len(importances)} importance tables; "
                            "give one of each per variant, in the same order")
@@ -77,12 +78,20 @@ def report_from_files(summary: str | os.PathLike, per_gene: list, importances: l
             raise CellicaError(f"{path}: per-gene table without a variant column or rows")
         names.append(str(table["variant"].iloc[0]))
         named.append((str(path), table))
-    named += [(str(p), read_parquet(p, "importances")) for p in importances]
-    merge(named, "report")  # the summary and the tables it draws beside it are of one run
+    imps = [(str(p), read_parquet(p, "importances")) for p in importances]
+    merge(named + imps, "report")  # the summary and the tables it draws beside it are of one run
+    paired = dict(zip(names, map(Path, importances), strict=True))
+    own = {next(v for v in lineage_of(t) if v != SOURCE): Path(p) for p, t in imps
+           if any(v != SOURCE for v in lineage_of(t))}
+    if set(own) == set(names):  # importances name their variant: their order does not matter
+        paired = own
+    elif own:
+        raise CellicaError(f"report: importance tables of {sorted(own)} for per-gene tables of {sorted(names)}; "
+                           "give each variant's importances")
     opt = lambda p: Path(p) if p else None  # noqa: E731
     inputs = ReportInputs(
         summary=Path(summary), per_gene=dict(zip(names, map(Path, per_gene), strict=True)),
-        importances=dict(zip(names, map(Path, importances), strict=True)),
+        importances=paired,
         features={stored_variant(p, Path(p).stem): Path(p) for p in features or []}, store=opt(store),
         benchmarks=opt(benchmarks), config=opt(config), config_hash=config_hash, alignment=opt(alignment),
         entity=entity, maps={stored_variant(p, Path(p).stem): Path(p) for p in maps or []}, recall=opt(recall))
