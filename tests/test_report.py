@@ -240,3 +240,18 @@ def test_importances_pair_with_their_variant_whatever_their_order(tmp_path, monk
     build.report_from_files(tmp_path / "s.parquet", [tmp_path / "pca_pg.parquet", tmp_path / "pca_ica_pg.parquet"],
                             [tmp_path / "pca_ica_imp.parquet", tmp_path / "pca_imp.parquet"], tmp_path / "rep")
     assert captured == {"pca": tmp_path / "pca_imp.parquet", "pca_ica": tmp_path / "pca_ica_imp.parquet"}
+
+
+def test_a_recall_source_with_nothing_to_recall_is_one_line_not_a_chart(tmp_path):
+    import pandas as pd
+
+    from cellica.core.atomic import write_parquet
+    from cellica.report.maps import recall_bars
+
+    t = pd.DataFrame({"variant": ["pca", "pca_ica"] * 2, "source": ["CORUM"] * 2 + ["SIGNOR"] * 2,
+                      "recall": [0.3, 0.4, float("nan"), float("nan")], "n_pairs": [10, 10, 0, 0],
+                      "null_recall": [0.1, 0.1, float("nan"), float("nan")]})
+    write_parquet(t, tmp_path / "r.parquet")
+    charts, note = recall_bars(tmp_path / "r.parquet", ["pca", "pca_ica"])
+    assert len(charts) == 1 and "CORUM: recall of 10 known pairs" in charts[0]
+    assert note.startswith("No chart for SIGNOR: none of its known pairs has both members in the map")

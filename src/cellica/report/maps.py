@@ -184,14 +184,20 @@ def _grid(values: pd.Series, rows: list[str], cols: list[int]) -> np.ndarray:
     return grid
 
 
-def recall_bars(path: Path, variants: list[str]) -> list[str]:
-    """Recall of known pairs per variant, one chart per source, its null in the title."""
+def recall_bars(path: Path, variants: list[str]) -> tuple[list[str], str]:
+    """Recall of known pairs per variant, one chart per source, its null in the title; and one
+    line naming the sources that have no known pair in the map (no chart of n/a for them)."""
     t = read_parquet(path, "recall table")
-    charts = []
+    charts, empty = [], []
     for source, g in t.groupby("source", sort=False):
         g = g.set_index("variant").loc[[v for v in variants if v in set(g["variant"])]]
         if g.empty:
             continue
+        if not np.isfinite(g["recall"].astype(float)).any():
+            empty.append(str(source))
+            continue
         title = f"{source}: recall of {int(g['n_pairs'].iloc[0])} known pairs (null {g['null_recall'].iloc[0]:.2f})"
         charts.append(bar_chart(list(g.index), g["recall"].tolist(), title, vmax=max(1e-9, float(g["recall"].max()))))
-    return charts
+    note = (f"No chart for {', '.join(empty)}: none of {'its' if len(empty) == 1 else 'their'} known pairs has both "
+            "members in the map, so there is nothing to recall." if empty else "")
+    return charts, note

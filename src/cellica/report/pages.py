@@ -167,8 +167,8 @@ class ReportBuilder:
         maps = {v: self.inp.maps[v] for v in variant_order(self.inp.maps)}
         features = {v: self.inp.features[v] for v in variant_order(self.inp.features)}
         base = features.get("base") or next(iter(features.values()), None)
-        recall = recall_bars(self.inp.recall, self.variants) if self.inp.recall else []
-        return {"umaps": map_umaps(maps, self.inp.store) if maps else [], "recall": recall,
+        recall, recall_note = recall_bars(self.inp.recall, self.variants) if self.inp.recall else ([], "")
+        return {"umaps": map_umaps(maps, self.inp.store) if maps else [], "recall": recall, "recall_note": recall_note,
                 "wells": well_umaps(features, self.seed) if features else [],
                 "layout": plate_heatmaps(base) if base else None,
                 "intensity": control_intensity(self.inp.store, self.seed) if self.inp.store else None}
