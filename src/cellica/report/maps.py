@@ -58,7 +58,8 @@ def map_umaps(maps: dict[str, Path], store: Path | None = None, seed: int = 0) -
         xy, how = layout_2d(genes.X, "cosine", seed)
         points = [(float(x), float(y), group.get(g, "gene")) for (x, y), g in zip(xy, genes.obs_names, strict=True)]
         out.append({"variant": variant, "svg": scatter(points, f"{variant}: gene map {how}", f"{how} 1", f"{how} 2",
-                                                       size=260, radius=_radius(len(points)))})
+                                                       size=260, radius=_radius(len(points)),
+                                                       names=list(map(str, genes.obs_names)))})
     return out
 
 

@@ -114,8 +114,17 @@ def line_chart(series: dict[str, tuple[list[float], list[float]]], title: str, s
 
 
 def scatter(points: list[tuple[float, float, str]], title: str, xlabel: str, ylabel: str, size: int = 220,
-            highlight: str | None = None, radius: float = 1.8) -> str:
-    """Points coloured by group; ``highlight`` is drawn on top with a dark outline."""
+            highlight: str | None = None, radius: float = 1.8, names: list[str] | None = None,
+            label_below: int = 30) -> str:
+    """Points coloured by group; ``highlight`` is drawn on top with a dark outline.
+
+    Every point names itself (an SVG ``<title>``: its name from ``names`` and its group, shown on
+    hover); with at most ``label_below`` named points each is also labelled beside it. Points
+    stay inside the frame (inset by their radius); legend entries wrap onto further lines,
+    never cut at the figure's edge.
+    """
+    import textwrap
+
     m = 28
     inner = size - 2 * m
     if not points:
@@ -125,38 +134,66 @@ def scatter(points: list[tuple[float, float, str]], title: str, xlabel: str, yla
     x0, x1 = min(xs), max(xs)
     y0, y1 = min(ys), max(ys)
     sx, sy = max(x1 - x0, 1e-12), max(y1 - y0, 1e-12)
+    inset = radius + 3
+    span = inner - 2 * inset
     groups = sorted({p[2] for p in points if p[2] != highlight})
     colors = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(groups)}
     parts = [f'<rect x="{m}" y="{m}" width="{inner}" height="{inner}" fill="none" stroke="#ccc"/>']
-    ordered = sorted(points, key=lambda p: p[2] == highlight)
-    for x, y, g in ordered:
-        cx, cy = m + (x - x0) / sx * inner, m + (1 - (y - y0) / sy) * inner
+    names = list(names) if names is not None else [None] * len(points)
+    order = sorted(range(len(points)), key=lambda i: points[i][2] == highlight)
+    labelled = names[0] is not None and len(points) <= label_below
+    for i in order:
+        x, y, g = points[i]
+        cx, cy = m + inset + (x - x0) / sx * span, m + inset + (1 - (y - y0) / sy) * span
+        tip = f"<title>{escape(str(names[i]))} ({escape(str(g))})</title>" if names[i] is not None else \
+            f"<title>{escape(str(g))}</title>"
         if g == highlight:
-            parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.6" fill="#000" fill-opacity="0.8"/>')
+            parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.6" fill="#000" fill-opacity="0.8">{tip}</circle>')
         else:
-            parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{radius}" fill="{colors[g]}" fill-opacity="0.6"/>')
+            parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{radius}" fill="{colors[g]}" fill-opacity="0.6">'
+                         f'{tip}</circle>')
+        if labelled:
+            anchor = "end" if cx > m + inner / 2 else "start"
+            dx = -radius - 1 if anchor == "end" else radius + 1
+            parts.append(f'<text x="{cx + dx:.1f}" y="{cy - 1:.1f}" font-size="7" text-anchor="{anchor}" '
+                         f'fill="#333">{escape(str(names[i]))}</text>')
     parts.append(f'<text x="{m}" y="{m - 8}" font-size="10">{escape(title)}</text>')
     shown = [(g, colors[g]) for g in groups[:8]] + ([(highlight, "#000")] if highlight else [])
-    for i, (g, color) in enumerate(shown):  # one legend entry per line, below the plot: never cut
-        parts.append(f'<text x="{m}" y="{size + 12 * i + 4}" font-size="10" fill="{color}">&#9679; '
-                     f'{escape(str(g))}</text>')
+    if len(groups) > 8:
+        shown.append((f"... and {len(groups) - 8} more groups", "#555"))
+    lines = []
+    for g, color in shown:  # below the plot, wrapped to the figure's width: never cut
+        wrapped = textwrap.wrap(str(g), width=max(12, (size - m) // 6)) or [""]
+        lines += [(("&#9679; " if k == 0 else "&#160;&#160;&#160;") + escape(text), color)
+                  for k, text in enumerate(wrapped)]
+    for i, (text, color) in enumerate(lines):
+        parts.append(f'<text x="{m}" y="{size + 12 * i + 4}" font-size="10" fill="{color}">{text}</text>')
     parts.append(f'<text x="{size - m}" y="{m + inner + 12}" font-size="9" text-anchor="end" fill="#555">{escape(xlabel)}</text>')
     parts.append(f'<text x="{m - 4}" y="{m + 10}" font-size="9" text-anchor="end" fill="#555" '
                  f'transform="rotate(-90 {m - 4} {m + 10})">{escape(ylabel)}</text>')
-    return _frame(size, size + 12 * len(shown) + 4, "".join(parts), title)
+    return _frame(size, size + 12 * len(lines) + 4, "".join(parts), title)
 
 
-def heatmap(grid, rows: list[str], cols: list[str], title: str, cell: int = 11) -> str:
-    """A plate-shaped grid of values (NaN cells blank), white to dark blue, with the range in the title."""
+def heatmap(grid, rows: list[str], cols: list[str], title: str, cell: int = 11, counts: bool | None = None) -> str:
+    """A plate-shaped grid of values (NaN cells blank), white to dark blue, with a colour scale
+    under it labelled with the range; whole counts (``counts``, or every value whole) are shown
+    as integers. Each cell names its well and value on hover."""
     import numpy as np
 
     grid = np.asarray(grid, float)
     finite = grid[np.isfinite(grid)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     span = max(hi - lo, 1e-12)
+    if counts is None:
+        counts = bool(finite.size) and bool(np.all(finite == np.round(finite)))
+    show = (lambda v: f"{int(round(v)):,}") if counts else number
     left, top = 18, 26
-    header = f"{title} ({number(lo)} - {number(hi)})"
-    parts = [f'<text x="2" y="10" font-size="10">{escape(header)}</text>']
+
+    def fill(v: float) -> str:
+        shade = int(235 - 200 * (v - lo) / span)
+        return f"rgb({shade},{shade + 10 if shade < 245 else 255},255)"
+
+    parts = [f'<text x="2" y="10" font-size="10">{escape(title)}</text>']
     for j, c in enumerate(cols):
         if j % 4 == 0 or len(cols) <= 12:
             parts.append(f'<text x="{left + j * cell + cell / 2:.1f}" y="{top - 3}" font-size="7" '
@@ -167,9 +204,17 @@ def heatmap(grid, rows: list[str], cols: list[str], title: str, cell: int = 11) 
         for j in range(len(cols)):
             v = grid[i, j]
             if v == v:
-                shade = int(235 - 200 * (v - lo) / span)
                 parts.append(f'<rect x="{left + j * cell}" y="{top + i * cell}" width="{cell - 1}" height="{cell - 1}" '
-                             f'fill="rgb({shade},{shade + 10 if shade < 245 else 255},255)"><title>{escape(r)}{escape(c)}: '
-                             f'{number(v)}</title></rect>')
-    width = max(left + len(cols) * cell + 4, int(5.6 * len(header)) + 4)  # the header is never cut off
-    return _frame(width, top + len(rows) * cell + 4, "".join(parts), title)
+                             f'fill="{fill(v)}"><title>{escape(r)}{escape(cols[j])}: {show(v)}</title></rect>')
+    # the colour scale: five steps from the lowest to the highest value, labelled at both ends
+    scale_y = top + len(rows) * cell + 6
+    steps = 5 if hi > lo else 1
+    for k in range(steps):
+        v = lo + (hi - lo) * k / max(steps - 1, 1)
+        parts.append(f'<rect x="{left + k * 14}" y="{scale_y}" width="14" height="8" fill="{fill(v)}"/>')
+    parts.append(f'<text x="{left}" y="{scale_y + 18}" font-size="8">{show(lo)}</text>')
+    if hi > lo:
+        parts.append(f'<text x="{left + steps * 14}" y="{scale_y + 18}" font-size="8" text-anchor="end">'
+                     f'{show(hi)}</text>')
+    width = max(left + len(cols) * cell + 4, int(5.6 * len(title)) + 4, left + steps * 14 + 40)  # nothing cut off
+    return _frame(width, scale_y + 24, "".join(parts), title)
