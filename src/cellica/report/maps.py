@@ -105,7 +105,7 @@ def _complexes(store: Path | None) -> dict[str, str]:
         table = TileStore.open(store).ground_truth("complexes")
     except Exception:  # no such table: a real screen, or a simulation without complexes
         return {}
-    return dict(zip(table["gene"], table["complex"].str.slice(0, 40), strict=True))
+    return dict(zip(table["gene"], table["complex"], strict=True))  # whole: legends wrap
 
 
 def plate_heatmaps(features: Path) -> dict[str, Any]:
