@@ -433,3 +433,51 @@ def test_every_number_on_the_index_equals_its_table(tiny_run):
     claims = summary[summary["table"] == "claim"]
     shown_claims = {r[0]: r[1] for r in tables["claims"][1:]}
     assert shown_claims == dict(zip(claims["row"], claims["verdict"], strict=True))
+
+
+def test_every_number_of_the_comparisons_gene_index_and_gene_pages_equals_its_table(tiny_run):
+    """The paired comparisons against summary.parquet; the paged gene index and three gene pages
+    against the per-gene tables (seed 0, as they say), number by number at the shown precision."""
+    summary = pd.read_parquet(tiny_run / "results" / "eval" / "summary.parquet")
+    index = _Tables((tiny_run / "reports" / "index.html").read_text()).tables
+    comps = summary[summary["table"] == "comparison"].set_index(["metric", "row"])
+    checked = 0
+    for metric, pair, n, diff, p, p_holm, seed_sd, verdict, _ in index["comparisons"][1:]:
+        r = comps.loc[(metric, pair)]
+        assert int(n) == r["n"] and verdict == r["verdict"], (metric, pair)
+        for text, value in ((diff, r["value"]), (p, r["p_value"]), (p_holm, r["p_holm"]), (seed_sd, r["seed_sd"])):
+            if text == "n/a":
+                assert not np.isfinite(value)
+                continue
+            assert _agrees(_shown(text)[0], value), (metric, pair, text, value)
+            checked += 1
+        if diff != "n/a" and "[" in diff:
+            assert all(map(_agrees, _shown(diff)[1:], [r["ci_low"], r["ci_high"]])), (metric, pair, diff)
+    assert checked >= 20
+    per_gene = pd.concat([pd.read_parquet(f) for f in (tiny_run / "results" / "eval").glob("*/per_gene.parquet")])
+    first = per_gene[per_gene["seed"] == per_gene["seed"].min()].set_index(["gene", "variant"])
+    pages = sorted((tiny_run / "reports" / "gene_index").glob("genes-*.html"))
+    head, *rows = _Tables(pages[0].read_text()).tables["genes"]
+    auroc_cols = {i: h.removeprefix("AUROC ") for i, h in enumerate(head) if h.startswith("AUROC ")}
+    sparsity_cols = {i: h.removeprefix("sparsity ") for i, h in enumerate(head) if h.startswith("sparsity ")}
+    for row in rows:
+        gene = row[0].split(" (")[0]
+        assert int(row[1]) == first.xs(gene, level="gene")["n_samples"].iloc[0]
+        for cols, column in ((auroc_cols, "auroc_mean"), (sparsity_cols, "sparsity")):
+            for i, variant in cols.items():
+                value = first.loc[(gene, variant), column]
+                assert (row[i] == "n/a" and not np.isfinite(value)) or _agrees(_shown(row[i])[0], value), \
+                    (gene, variant, column, row[i], value)
+    gene_pages = sorted((tiny_run / "reports" / "genes").rglob("*.html"))
+    assert gene_pages
+    for page in gene_pages[:3]:
+        html = page.read_text()
+        gene = re.search(r"<h1>([^<]+)</h1>", html).group(1)
+        table = next(t for t in _Tables(html).tables.values() if t and t[0][:3] == ["variant", "split", "AUROC"])
+        for variant, split, auroc, sd, within, folds, sparsity, concentration, *_ in table[1:]:
+            r = first.loc[(gene, variant)]
+            assert split == r["split"] and (folds == "n/a" or int(folds) == r["n_folds"])
+            for text, value in ((auroc, r["auroc_mean"]), (sd, r["auroc_sd"]), (within, r["auroc_within"]),
+                                (sparsity, r["sparsity"]), (concentration, r["concentration"])):
+                assert (text == "n/a" and not np.isfinite(value)) or _agrees(_shown(text)[0], value), \
+                    (gene, variant, text, value)
