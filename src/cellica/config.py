@@ -187,9 +187,8 @@ def check_config_size(config: Any, limit: int = MAX_CONFIG_VALUES) -> None:
         key = id(node)
         if key in sizes:
             return sizes[key]
-        sizes[key] = limit + 1  # a cycle counts as too big
+        sizes[key], total = limit + 1, 1  # a cycle counts as too big
         children = node.values() if isinstance(node, dict) else node if isinstance(node, list | tuple) else ()
-        total = 1
         for child in children:
             total += size(child)
             if total > limit:
