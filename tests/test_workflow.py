@@ -481,3 +481,57 @@ def test_every_number_of_the_comparisons_gene_index_and_gene_pages_equals_its_ta
                                 (sparsity, r["sparsity"]), (concentration, r["concentration"])):
                 assert (text == "n/a" and not np.isfinite(value)) or _agrees(_shown(text)[0], value), \
                     (gene, variant, text, value)
+
+
+def _tiny_config(tmp_path: Path, **changes) -> Path:
+    cfg = yaml.safe_load(TINY.read_text())
+    cfg["stability"] = {"enabled": False}
+    for key, value in changes.items():
+        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.parametrize("way", ["images", "checkpoint"])
+def test_each_way_in_runs_the_default_dag_to_the_report(way, tiny_run, tmp_path):
+    """The README's "three ways in": per-channel image files through a manifest, and a trained
+    checkpoint instead of training (imported features and pooled screens: the test above).
+    Each runs the default DAG to the report, with non-degenerate numbers."""
+    import tifffile
+
+    store = TileStore.open(tiny_run / "results" / "tiles.zarr")
+    if way == "images":  # every tile of the tiny store as one field, one TIFF per channel
+        rows = []
+        tiles = store.read(np.arange(store.n_tiles))
+        for i, r in enumerate(store.metadata.itertuples()):
+            for c, name in enumerate(store.channel_names):
+                path = tmp_path / "images" / f"{r.tile_id}_{name}.tif"
+                path.parent.mkdir(exist_ok=True)
+                tifffile.imwrite(path, tiles[i, c])
+                rows.append({"path": f"images/{path.name}", "plate": r.plate, "well": r.well, "site": r.site,
+                             "channel": name, "batch": r.batch, "gene": r.perturbation, "guide": r.guide})
+        pd.DataFrame(rows).to_csv(tmp_path / "manifest.csv", index=False)
+        config = _tiny_config(tmp_path, source="ingest", ingest={
+            "manifest": str(tmp_path / "manifest.csv"), "channels": store.channel_names, "tile_size": 32,
+            "column_map": {"perturbation": "gene"}, "control_label": "non-targeting", "shard_tiles": 16})
+    else:
+        config = _tiny_config(tmp_path, mae={"checkpoint": str(tiny_run / "results" / "mae" / "seed0" /
+                                                                "model.safetensors")})
+    run = snakemake(tmp_path, configfile=config)
+    assert run.returncode == 0, run.stderr[-4000:]
+    res = tmp_path / "results"
+    summary = pd.read_parquet(res / "eval" / "summary.parquet")
+    auroc = summary[(summary["metric"] == "auroc_heldout") & (summary["row"] == "mean")]
+    assert len(auroc) >= 4 and auroc["value"].between(0.05, 0.99).all() and auroc["value"].nunique() > 1
+    assert (tmp_path / "reports" / "index.html").is_file()
+    if way == "images":  # the ingested store holds the same tiles as the one they came from
+        ingested = TileStore.open(res / "tiles.zarr")
+        keys = ["batch", "plate", "well", "site"]
+
+        def in_field_order(s):
+            return s.read(s.metadata.sort_values(keys).index.to_numpy())
+
+        assert ingested.n_tiles == store.n_tiles and np.array_equal(in_field_order(ingested), in_field_order(store))
+    else:  # no training: the checkpoint's embedding
+        assert not (res / "mae").exists() and (res / "embeddings" / "checkpoint" / "embeddings.h5ad").is_file()
