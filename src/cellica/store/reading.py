@@ -32,8 +32,8 @@ class VerifiedReads:
 
     @property
     def generation(self) -> str | None:
-        """The id written with this store (a new one each time the store is written); ``None``
-        for stores written before generations existed."""
+        """The digest of this store's manifest (a store written again with other contents gets
+        another); ``None`` for stores written before generations existed."""
         return self._manifest.get("generation")
 
     def shard_file(self, shard: int) -> Path:
