@@ -493,15 +493,56 @@ def _tiny_config(tmp_path: Path, **changes) -> Path:
     return path
 
 
-@pytest.mark.parametrize("way", ["images", "checkpoint"])
+def _omezarr_plates(store: TileStore, root: Path) -> Path:
+    """Every tile of ``store`` as a field of an OME-Zarr HCS plate (one plate per store plate,
+    sites in order), written with ome-zarr's own writer; returns the one-row-per-well manifest."""
+    import zarr
+    from ome_zarr.writer import write_image, write_plate_metadata, write_well_metadata
+
+    md = store.metadata
+    tiles = store.read(np.arange(store.n_tiles))
+    rows = []
+    for plate, t in md.groupby("plate", sort=True):
+        path = root / f"{plate}.zarr"
+        group = zarr.open_group(str(path), mode="w")
+        wells = sorted(t["well"].unique())
+        names = [f"{w[0]}/{int(w[1:])}" for w in wells]
+        write_plate_metadata(group, sorted({n.split("/")[0] for n in names}),
+                             sorted({n.split("/")[1] for n in names}, key=int), names, name=plate)
+        for well, name in zip(wells, names, strict=True):
+            sites = t[t["well"] == well].sort_values("site")
+            wg = group.require_group(name.split("/")[0]).require_group(name.split("/")[1])
+            write_well_metadata(wg, [str(k) for k in range(len(sites))])
+            for k, i in enumerate(sites.index):
+                field = wg.require_group(str(k))
+                write_image(tiles[i], field, axes="cyx", scale_factors=[2])
+                field.attrs.update({"ome": {**field.attrs["ome"], "omero": {"channels": [
+                    {"label": c, "color": "FFFFFF", "active": True, "window": {"start": 0, "end": 65535, "min": 0,
+                                                                               "max": 65535}}
+                    for c in store.channel_names]}}})
+            first = sites.iloc[0]
+            rows.append({"path": path.name, "plate": plate, "well": well, "batch": first["batch"],
+                         "gene": first["perturbation"], "guide": first["guide"]})
+    pd.DataFrame(rows).to_csv(root / "wells.csv", index=False)
+    return root / "wells.csv"
+
+
+@pytest.mark.parametrize("way", ["images", "ome_zarr", "checkpoint"])
 def test_each_way_in_runs_the_default_dag_to_the_report(way, tiny_run, tmp_path):
-    """The README's "three ways in": per-channel image files through a manifest, and a trained
-    checkpoint instead of training (imported features and pooled screens: the test above).
-    Each runs the default DAG to the report, with non-degenerate numbers."""
+    """The README's "three ways in": per-channel image files through a manifest, OME-Zarr HCS
+    plates, and a trained checkpoint instead of training (imported features and pooled
+    screens: the test above). Each runs the default DAG to the report, with non-degenerate
+    numbers."""
     import tifffile
 
     store = TileStore.open(tiny_run / "results" / "tiles.zarr")
-    if way == "images":  # every tile of the tiny store as one field, one TIFF per channel
+    if way == "ome_zarr":
+        pytest.importorskip("ome_zarr", reason="ome-zarr (the writer of the test plates) is a dev dependency")
+        config = _tiny_config(tmp_path, source="ingest", ingest={
+            "manifest": str(_omezarr_plates(store, tmp_path)), "format": "ome_zarr", "channels": store.channel_names,
+            "tile_size": 32, "column_map": {"perturbation": "gene"}, "control_label": "non-targeting",
+            "shard_tiles": 16})
+    elif way == "images":  # every tile of the tiny store as one field, one TIFF per channel
         rows = []
         tiles = store.read(np.arange(store.n_tiles))
         for i, r in enumerate(store.metadata.itertuples()):
@@ -525,7 +566,7 @@ def test_each_way_in_runs_the_default_dag_to_the_report(way, tiny_run, tmp_path)
     auroc = summary[(summary["metric"] == "auroc_heldout") & (summary["row"] == "mean")]
     assert len(auroc) >= 4 and auroc["value"].between(0.05, 0.99).all() and auroc["value"].nunique() > 1
     assert (tmp_path / "reports" / "index.html").is_file()
-    if way == "images":  # the ingested store holds the same tiles as the one they came from
+    if way in ("images", "ome_zarr"):  # the ingested store holds the same tiles as the one they came from
         ingested = TileStore.open(res / "tiles.zarr")
         keys = ["batch", "plate", "well", "site"]
 
