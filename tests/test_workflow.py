@@ -527,7 +527,7 @@ def _omezarr_plates(store: TileStore, root: Path) -> Path:
     return root / "wells.csv"
 
 
-@pytest.mark.parametrize("way", ["images", "ome_zarr", "checkpoint"])
+@pytest.mark.parametrize("way", ["images", "ome_zarr", "checkpoint", "profiles"])
 def test_each_way_in_runs_the_default_dag_to_the_report(way, tiny_run, tmp_path):
     """The README's "three ways in": per-channel image files through a manifest, OME-Zarr HCS
     plates, and a trained checkpoint instead of training (imported features and pooled
@@ -556,6 +556,10 @@ def test_each_way_in_runs_the_default_dag_to_the_report(way, tiny_run, tmp_path)
         config = _tiny_config(tmp_path, source="ingest", ingest={
             "manifest": str(tmp_path / "manifest.csv"), "channels": store.channel_names, "tile_size": 32,
             "column_map": {"perturbation": "gene"}, "control_label": "non-targeting", "shard_tiles": 16})
+    elif way == "profiles":  # images but no model: cp_measure's classical features
+        pytest.importorskip("cp_measure", reason="cp_measure (the profiles extra) is not installed")
+        config = _tiny_config(tmp_path, profiles={"enabled": True, "features": ["intensity", "sizeshape"]},
+                              transform={"n_components": 6, "standardize": "controls", "drop_constant": True})
     else:
         config = _tiny_config(tmp_path, mae={"checkpoint": str(tiny_run / "results" / "mae" / "seed0" /
                                                                 "model.safetensors")})
@@ -574,5 +578,7 @@ def test_each_way_in_runs_the_default_dag_to_the_report(way, tiny_run, tmp_path)
             return s.read(s.metadata.sort_values(keys).index.to_numpy())
 
         assert ingested.n_tiles == store.n_tiles and np.array_equal(in_field_order(ingested), in_field_order(store))
+    elif way == "profiles":  # measured, not trained
+        assert not (res / "mae").exists() and (res / "embeddings" / "cp_measure" / "embeddings.h5ad").is_file()
     else:  # no training: the checkpoint's embedding
         assert not (res / "mae").exists() and (res / "embeddings" / "checkpoint" / "embeddings.h5ad").is_file()
