@@ -484,8 +484,12 @@ def test_every_number_of_the_comparisons_gene_index_and_gene_pages_equals_its_ta
 
 
 def _tiny_config(tmp_path: Path, **changes) -> Path:
+    """The tiny config without the stability runs, with the paper's four variants and one seed
+    (the whole DAG still runs; the tiny run tests every variant and seed)."""
     cfg = yaml.safe_load(TINY.read_text())
     cfg["stability"] = {"enabled": False}
+    cfg["transform"]["variants"] = ["base", "pca", "pca_ica", "pca_rand"]
+    cfg["evaluate"]["seeds"] = [0]
     for key, value in changes.items():
         cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
     path = tmp_path / "config.yaml"
