@@ -297,7 +297,7 @@ def test_fault(stage, inp, kind, fault, runs, tmp_path, capsys, monkeypatch):
         return
     assert code == 0, err[-2000:]
     if want != "undetectable":
-        _check_result(want, stage, kind, victim, out, other)
+        _check_result(stage, kind, victim, out, other)
 
 
 def _replace_during_read(monkeypatch, store: Path, replacement: Path) -> None:
@@ -322,7 +322,7 @@ def _replace_during_read(monkeypatch, store: Path, replacement: Path) -> None:
     monkeypatch.setattr(TileStore, "_shard_bytes", reading)
 
 
-def _check_result(want: str, stage: str, kind: str, victim: Path, out: Path, other: Path) -> None:
+def _check_result(stage: str, kind: str, victim: Path, out: Path, other: Path) -> None:
     """The run took the input it was given, and says so."""
     import hashlib
 

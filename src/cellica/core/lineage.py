@@ -22,12 +22,18 @@ KEY = "lineage"
 def features_id(path: str | os.PathLike) -> str:
     """The seal of a features file (its matrix's crc32c and shape), read without loading it;
     ``unsealed:<file size>`` for files written before seals or by other tools."""
-    from cellica.core.adata import CHECKSUMS_KEY, h5_file
+    from cellica.core.adata import h5_file
 
     with h5_file(path) as fh:
-        node = fh.get(f"uns/{CHECKSUMS_KEY}")
-        if node is not None and "X" in node and "shape" in node:
-            return f"{node['X'].asstr()[()]}/{node['shape'].asstr()[()]}"
+        return _seal(fh, path)
+
+
+def _seal(fh, path) -> str:
+    from cellica.core.adata import CHECKSUMS_KEY
+
+    node = fh.get(f"uns/{CHECKSUMS_KEY}")
+    if node is not None and "X" in node and "shape" in node:
+        return f"{node['X'].asstr()[()]}/{node['shape'].asstr()[()]}"
     return f"unsealed:{os.path.getsize(path)}"
 
 
@@ -40,8 +46,8 @@ def lineage_for(path: str | os.PathLike, variant: str) -> dict[str, str]:
     variant, and the untransformed features it was made from (so variants of two runs differ)."""
     from cellica.core.adata import h5_file
 
-    out = {variant: features_id(path)}
-    with h5_file(path) as fh:
+    with h5_file(path) as fh:  # one open for both
+        out = {variant: _seal(fh, path)}
         node = fh.get(f"uns/{SOURCE_UNS}")
         if node is not None:
             out[SOURCE] = node.asstr()[()]
