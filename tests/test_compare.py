@@ -146,3 +146,22 @@ def test_genes_needed_by_hand_and_its_power_on_a_simulated_effect():
     assert not seeds_would_help(seed_sd=0.002, n_seeds=3, sd=0.05, n=24)
     note = power_note(d, s, 24, 0.002, 3, level)
     assert note.startswith(f"about {n} genes would decide a difference of +0.02") and "would not" in note
+
+
+def test_sentences_name_the_entity_and_say_why_nothing_was_compared():
+    """A compound screen where every compound was seen in one batch: no held-out AUROC exists,
+    and the comparison says so in the screen's words (not "no gene scored by both")."""
+    from cellica.evaluate.power import power_note
+    from cellica.evaluate.registry import METRICS
+
+    vals = {v: [0.6, 0.7, 0.8, 0.9] for v in ("base", "pca", "pca_ica", "pca_rand")}
+    comps = compare_variants(gene_values(_per_gene(vals, split="random")), {}, 200, 0, entity="compound")
+    row = comps.set_index(["metric", "variant", "other"]).loc[("auroc_heldout", "pca_ica", "pca")]
+    assert row["verdict"] == "not tested"
+    assert row["detail"].startswith("no compound was evaluated on held-out batches (each was seen in one batch")
+    assert claims_table(comps).iloc[0]["verdict"] == "not tested"
+    note = power_note(0.02, 0.05, 24, 0.002, 3, 0.05 / 6, entity="compound")
+    assert note.startswith("about ") and " compounds would decide" in note and "per-compound sd" in note
+    assert METRICS["recall"].text("MoA") == "MoA map: recall of known relationships (all sources)"
+    assert METRICS["map_mean"].text("compound") == "mAP vs controls"  # only a leading entity is capitalised
+    assert METRICS["guide_consistent_fraction"].text("compound").startswith("Compound map: compounds whose")

@@ -372,3 +372,23 @@ def test_heatmaps_have_a_scale_and_counts_read_as_integers_and_map_points_name_t
     assert "VPS29)" in "".join(legend) and len(visible) == 3 and all(len(t) <= 31 for t in visible)  # wrapped
     xs = [float(x) for x in re.findall(r'<circle cx="([\d.]+)"', svg)]
     assert min(xs) > 28 and max(xs) < 200 - 28  # inside the frame
+
+
+def test_a_map_without_known_pairs_is_not_tested_and_says_why():
+    """No known pair with both members in the map (a compound screen against gene databases):
+    the recall comparisons and the claim are 'not tested' with the reason, never 'inconclusive'."""
+    from cellica.evaluate.claims import recall_claim
+    from cellica.evaluate.summary import map_rows
+
+    recall = pd.DataFrame({"variant": ["pca_ica"], "source": ["all"], "n_pairs": [0], "recall": [np.nan],
+                           "ci_low": [np.nan], "ci_high": [np.nan], "null_recall": [0.1]})
+    diff = pd.DataFrame({"variant": "pca_ica", "baseline": ["pca", "pca_rand"], "source": "all",
+                         "difference": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n_pairs": 0})
+    rows = map_rows(recall, diff, pd.DataFrame(columns=["variant", "consistent"]))
+    comps = rows[rows["table"] == "comparison"]
+    assert list(comps["verdict"]) == ["not tested"] * 2
+    assert set(comps["detail"]) == {"no known pair has both members in the map"}
+    claim = recall_claim(diff, entity="compound")
+    assert claim["verdict"] == "not tested" and claim["claim"].startswith("Known relationships: PCA+ICA's compound map")
+    assert claim["detail"] == ("pca_ica > pca: not compared (no known pair has both members in the map); "
+                               "pca_ica > pca_rand: not compared (no known pair has both members in the map)")

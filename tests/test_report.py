@@ -210,7 +210,7 @@ def test_bars_start_at_zero_with_a_labelled_axis_and_the_chance_line():
 
 
 def test_captions_say_the_split_actually_used():
-    from cellica.report.pages import split_words
+    from cellica.report.content import split_words
 
     assert split_words("batch", "gene")["auroc"] == "AUROC on held-out batches"
     random = split_words("random", "compound")

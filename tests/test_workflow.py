@@ -1,7 +1,6 @@
 """End-to-end: the real Snakefile on a tiny config, in a scratch working directory."""
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import yaml
 from cellica.core.names import safe_filename
 from cellica.store.tilestore import TileStore
 from tests.conftest import REPO
+from tests.report_checks import check_index_numbers, check_table_numbers
 
 pytestmark = pytest.mark.e2e
 TINY = REPO / "tests" / "configs" / "tiny.yaml"
@@ -356,131 +356,15 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
     assert "evaluating" in log and "tiles" in log
 
 
-class _Tables:
-    """The tables of an HTML page as lists of rows of cell texts, by table id (stdlib parser)."""
-
-    def __init__(self, html: str):
-        from html.parser import HTMLParser
-
-        tables: dict[str, list[list[str]]] = {}
-        state = {"id": None, "row": None, "cell": None, "n": 0}
-
-        class Parser(HTMLParser):
-            def handle_starttag(self, tag, attrs):
-                if tag == "table":
-                    state["n"] += 1
-                    state["id"] = dict(attrs).get("id") or f"table{state['n']}"
-                    tables[state["id"]] = []
-                elif tag == "tr" and state["id"]:
-                    state["row"] = []
-                elif tag in ("td", "th") and state["row"] is not None:
-                    state["cell"] = ""
-
-            def handle_endtag(self, tag):
-                if tag in ("td", "th") and state["cell"] is not None:
-                    state["row"].append(state["cell"].strip())
-                    state["cell"] = None
-                elif tag == "tr" and state["row"] is not None:
-                    tables[state["id"]].append(state["row"])
-                    state["row"] = None
-                elif tag == "table":
-                    state["id"] = None
-
-            def handle_data(self, data):
-                if state["cell"] is not None:
-                    state["cell"] += data
-
-        Parser().feed(html)
-        self.tables = tables
-
-
-def _shown(text: str) -> list[float]:
-    return [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", text)]
-
-
-def _agrees(shown: float, value: float) -> bool:
-    """A number as rendered (3 decimals, or 1.2e-04 below 0.001) equals its table's value."""
-    return abs(shown - value) <= 0.00051 or (abs(value) < 1e-3 and abs(shown - value) <= abs(value) * 0.051)
-
-
 def test_every_number_on_the_index_equals_its_table(tiny_run):
-    """The per-variant table (mean [95% CI]), the claims and the paired comparisons on the
-    rendered index, number by number, against summary.parquet."""
-    from cellica.report.content import VARIANT_METRICS
-
-    summary = pd.read_parquet(tiny_run / "results" / "eval" / "summary.parquet")
-    tables = _Tables((tiny_run / "reports" / "index.html").read_text()).tables
-    head, *rows = tables["variants"]
-    variants = head[2:]
-    means = summary[(summary["table"] == "per_variant") & (summary["row"] == "mean")].set_index(["metric", "variant"])
-    by_label = {label.format(entity="gene"): metric for metric, (label, _) in VARIANT_METRICS.items()}
-    checked = 0
-    for row in rows:
-        metric = by_label.get(row[0])
-        if metric is None:
-            continue  # a count row
-        for variant, text in zip(variants, row[2:], strict=True):
-            if text == "n/a":
-                assert (metric, variant) not in means.index or means.loc[(metric, variant), "value"] != \
-                    means.loc[(metric, variant), "value"]
-                continue
-            r = means.loc[(metric, variant)]
-            want = [r["value"]] + ([r["ci_low"], r["ci_high"]] if np.isfinite(r["ci_low"]) else [])
-            got = _shown(text.replace("†", ""))
-            assert len(got) == len(want) and all(map(_agrees, got, want)), (metric, variant, text, want)
-            checked += 1
-    assert checked >= 20
-    claims = summary[summary["table"] == "claim"]
-    shown_claims = {r[0]: r[1] for r in tables["claims"][1:]}
-    assert shown_claims == dict(zip(claims["row"], claims["verdict"], strict=True))
+    """The per-variant table (mean [95% CI]) and the claims on the rendered index, number by
+    number, against summary.parquet."""
+    check_index_numbers(tiny_run / "results", tiny_run / "reports")
 
 
 def test_every_number_of_the_comparisons_gene_index_and_gene_pages_equals_its_table(tiny_run):
-    """The paired comparisons against summary.parquet; the paged gene index and three gene pages
-    against the per-gene tables (seed 0, as they say), number by number at the shown precision."""
-    summary = pd.read_parquet(tiny_run / "results" / "eval" / "summary.parquet")
-    index = _Tables((tiny_run / "reports" / "index.html").read_text()).tables
-    comps = summary[summary["table"] == "comparison"].set_index(["metric", "row"])
-    checked = 0
-    for metric, pair, n, diff, p, p_holm, seed_sd, verdict, _ in index["comparisons"][1:]:
-        r = comps.loc[(metric, pair)]
-        assert int(n) == r["n"] and verdict == r["verdict"], (metric, pair)
-        for text, value in ((diff, r["value"]), (p, r["p_value"]), (p_holm, r["p_holm"]), (seed_sd, r["seed_sd"])):
-            if text == "n/a":
-                assert not np.isfinite(value)
-                continue
-            assert _agrees(_shown(text)[0], value), (metric, pair, text, value)
-            checked += 1
-        if diff != "n/a" and "[" in diff:
-            assert all(map(_agrees, _shown(diff)[1:], [r["ci_low"], r["ci_high"]])), (metric, pair, diff)
-    assert checked >= 20
-    per_gene = pd.concat([pd.read_parquet(f) for f in (tiny_run / "results" / "eval").glob("*/per_gene.parquet")])
-    first = per_gene[per_gene["seed"] == per_gene["seed"].min()].set_index(["gene", "variant"])
-    pages = sorted((tiny_run / "reports" / "gene_index").glob("genes-*.html"))
-    head, *rows = _Tables(pages[0].read_text()).tables["genes"]
-    auroc_cols = {i: h.removeprefix("AUROC ") for i, h in enumerate(head) if h.startswith("AUROC ")}
-    sparsity_cols = {i: h.removeprefix("sparsity ") for i, h in enumerate(head) if h.startswith("sparsity ")}
-    for row in rows:
-        gene = row[0].split(" (")[0]
-        assert int(row[1]) == first.xs(gene, level="gene")["n_samples"].iloc[0]
-        for cols, column in ((auroc_cols, "auroc_mean"), (sparsity_cols, "sparsity")):
-            for i, variant in cols.items():
-                value = first.loc[(gene, variant), column]
-                assert (row[i] == "n/a" and not np.isfinite(value)) or _agrees(_shown(row[i])[0], value), \
-                    (gene, variant, column, row[i], value)
-    gene_pages = sorted((tiny_run / "reports" / "genes").rglob("*.html"))
-    assert gene_pages
-    for page in gene_pages[:3]:
-        html = page.read_text()
-        gene = re.search(r"<h1>([^<]+)</h1>", html).group(1)
-        table = next(t for t in _Tables(html).tables.values() if t and t[0][:3] == ["variant", "split", "AUROC"])
-        for variant, split, auroc, sd, within, folds, sparsity, concentration, *_ in table[1:]:
-            r = first.loc[(gene, variant)]
-            assert split == r["split"] and (folds == "n/a" or int(folds) == r["n_folds"])
-            for text, value in ((auroc, r["auroc_mean"]), (sd, r["auroc_sd"]), (within, r["auroc_within"]),
-                                (sparsity, r["sparsity"]), (concentration, r["concentration"])):
-                assert (text == "n/a" and not np.isfinite(value)) or _agrees(_shown(text)[0], value), \
-                    (gene, variant, text, value)
+    """The paired comparisons, the paged gene index and three gene pages, number by number."""
+    check_table_numbers(tiny_run / "results", tiny_run / "reports")
 
 
 def _tiny_config(tmp_path: Path, **changes) -> Path:

@@ -69,7 +69,7 @@ EVAL = f"{RESULTS}/eval"
 SUMMARY = f"{EVAL}/summary.parquet"
 N_CHUNKS = config["evaluate"]["chunks"]
 N_PAGE_CHUNKS = config["report"]["chunks"]
-ENTITY = entity_label(config["source"], config["features"]["column_map"])
+ENTITY = config["report"]["entity"] or entity_label(config["source"], config["features"]["column_map"])
 STABILITY = f"{RESULTS}/stability"
 ALIGNMENT = f"{STABILITY}/alignment.parquet"
 # Short hash of the validated config (defaults filled): every report number cites it.

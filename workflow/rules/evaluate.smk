@@ -94,6 +94,8 @@ rule summarize:
         config_hash=CONFIG_HASH,
         args=cli_args("evaluate", EvalParams),
         maps=summarize_map_args,
+        entity=ENTITY,
     shell:
         "cellica summarize --per-gene {input.per_gene:q} --batch {input.batch:q} --activity {input.activity:q}"
-        " --config-hash {params.config_hash} {params.maps} {params.args} --out {output:q} 2> {log:q}"
+        " --config-hash {params.config_hash} {params.maps} {params.args} --entity {params.entity:q}"
+        " --out {output:q} 2> {log:q}"

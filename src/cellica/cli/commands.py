@@ -118,7 +118,7 @@ def summarize(ns: argparse.Namespace) -> None:
     if bool(ns.recall) != bool(ns.recall_differences):
         raise CellicaError("summarize: --recall and --recall-differences go together")
     summarize_files(ns.per_gene, ns.batch, ns.activity, ns.out, params_of(EvalParams, ns), ns.config_hash,
-                    ns.recall, ns.recall_differences, ns.consistency)
+                    ns.recall, ns.recall_differences, ns.consistency, ns.entity)
 
 
 def gene_map(ns: argparse.Namespace) -> None:

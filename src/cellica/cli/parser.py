@@ -14,6 +14,8 @@ STORE = ("--store", {"required": True, "help": "tile store (*.zarr)"})
 OVERWRITE = ("--overwrite", {"action": "store_true", "help": "replace an existing store"})
 EVAL_FILES = ("--features", {"required": True, "nargs": "+", "help": "features of one variant (*.h5ad): one file, "
                              "or one per seed of --seeds"})
+ENTITY = ("--entity", {"default": "gene", "help": "what the perturbations are called in sentences and on the "
+                      "pages (gene, compound, MoA, perturbation, ...)"})
 TRUTH = ("--truth", {"default": None, "help": "simulated tile store, or a table of true factors keyed by "
                      "sample_id: add ground-truth columns"})
 
@@ -109,7 +111,8 @@ COMMANDS = [
       ("--config-hash", {"default": ""}), ("--out", REQ),
       ("--recall", {"default": None, "help": "gene maps' recall table (maps/recall.parquet)"}),
       ("--recall-differences", {"default": None, "help": "its paired differences (maps/recall_differences.parquet)"}),
-      ("--consistency", {"nargs": "*", "default": [], "help": "guide consistency tables, one per variant"})],
+      ("--consistency", {"nargs": "*", "default": [], "help": "guide consistency tables, one per variant"}),
+      ENTITY],
      ("evaluate.params", "EvalParams")),
     ("gene-map", "gene-level map of one variant (tiles -> wells -> guides -> genes) and guide consistency",
      commands.gene_map, [("features", {"help": "features of one variant (*.h5ad)"}),
@@ -141,8 +144,7 @@ COMMANDS = [
       ("--part", {"type": int, "default": None, "help": "only the pages of the genes of chunk PART of --chunks "
                   "(genes/PART-of-CHUNKS/), no index"}),
       ("--index-only", {"action": "store_true", "help": "only index.html and the paged gene index"}),
-      ("--entity", {"default": "gene", "help": "what the perturbations are called on the pages (gene, compound, "
-                    "MoA, perturbation, ...)"}),
+      ENTITY,
       ("--out", {**REQ, "help": "report folder (index.html, gene_index/, genes/)"})],
      ("report.params", "ReportParams")),
     ("schema", "print (or write) the workflow's config schema, generated from the parameter classes",

@@ -109,15 +109,20 @@ def _batch_claim(batch: pd.DataFrame | None) -> dict:
     return {"claim": name, "verdict": verdict, "detail": "; ".join(parts) + " (95% bootstrap intervals over controls)"}
 
 
-RECALL_CLAIM = "Known relationships: PCA+ICA's gene map recalls more known pairs than PCA's and PCA+Rand's"
+RECALL_CLAIM = "Known relationships: PCA+ICA's {entity} map recalls more known pairs than PCA's and PCA+Rand's"
 
 
-def recall_claim(differences: pd.DataFrame) -> dict:
+def recall_claim(differences: pd.DataFrame, entity: str = "gene") -> dict:
     """Holds when both paired recall differences (all sources pooled) have intervals above 0,
-    fails when either lies below 0 (gene bootstrap, :mod:`cellica.maps.recall`)."""
+    fails when either lies below 0 (gene bootstrap, :mod:`cellica.maps.recall`). ``entity``
+    (what the perturbations are called) words the claim."""
+    name = RECALL_CLAIM.format(entity=entity)
     d = differences[(differences["source"] == "all") & (differences["variant"] == "pca_ica")].set_index("baseline")
     verdicts, parts = [], []
     for other in ("pca", "pca_rand"):
+        if other in d.index and d.loc[other, "n_pairs"] == 0:
+            parts.append(f"pca_ica > {other}: not compared (no known pair has both members in the map)")
+            continue
         if other not in d.index or not np.isfinite(d.loc[other, "ci_low"]):
             parts.append(f"pca_ica > {other}: not compared")
             continue
@@ -131,7 +136,8 @@ def recall_claim(differences: pd.DataFrame) -> dict:
     if verdicts and np.allclose(tested[["difference", "ci_low", "ci_high"]].to_numpy(float), 0, atol=1e-12):
         # Cosine similarity is unchanged by an orthogonal rotation, and ICA's and the random
         # rotation are orthogonal maps of the same whitened space: equal by construction.
-        return {"claim": RECALL_CLAIM, "verdict": "not tested",
+        return {"claim": name, "verdict": "not tested",
                 "detail": "identical by construction: cosine similarities are invariant to the rotation that "
                           "separates PCA, PCA+ICA and PCA+Rand (" + "; ".join(parts) + ")"}
-    return {"claim": RECALL_CLAIM, "verdict": verdict, "detail": "; ".join(parts) + " (95% intervals, genes resampled)"}
+    why = f" (95% intervals, {entity}s resampled)" if verdicts else ""
+    return {"claim": name, "verdict": verdict, "detail": "; ".join(parts) + why}

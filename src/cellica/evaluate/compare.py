@@ -130,11 +130,12 @@ def variant_means(values: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
 
 
 def compare_variants(values: pd.DataFrame, n_features: dict[str, int], n_boot: int, seed: int,
-                     pairs=PAIRS, metrics=COMPARED_METRICS) -> pd.DataFrame:
+                     pairs=PAIRS, metrics=COMPARED_METRICS, entity: str = "gene") -> pd.DataFrame:
     """Paired differences ``a - b`` per metric over the genes both variants scored.
 
     Sparsity is compared only between variants with the same number of features (Hoyer
     sparsity depends on the length of the vector); other pairs are kept with a reason.
+    ``entity`` (what the perturbations are called) words the reasons and power notes.
     """
     present = set(values["variant"])
     rows = []
@@ -149,15 +150,19 @@ def compare_variants(values: pd.DataFrame, n_features: dict[str, int], n_boot: i
             elif metric == "sparsity" and n_features.get(a) != n_features.get(b):
                 row["detail"] = (f"not comparable: {a} has {n_features.get(a)} features, {b} {n_features.get(b)} "
                                  "(Hoyer sparsity depends on the number of features)")
+            elif metric == "auroc_heldout" and m.empty:
+                # Every perturbation was seen in one batch: its AUROC is the random-split row's.
+                row["detail"] = (f"no {entity} was evaluated on held-out batches (each was seen in one batch "
+                                 "only; their AUROC is in the random-split row)")
             else:
-                row.update(_paired(m, a, b, n_boot, seed))
+                row.update(_paired(m, a, b, n_boot, seed, entity))
             rows.append(row)
     out = pd.DataFrame(rows)
     out["p_holm"] = holm(out["p_value"])
     out["verdict"] = [direction(r) for r in out.itertuples()]
     # An inconclusive comparison says what would decide it (cellica.evaluate.power).
     level = ALPHA / max(1, int(np.isfinite(out["p_value"]).sum()))
-    out["power"] = [power_note(r.value, r.diff_sd, r.n, r.seed_sd, r.n_seeds, level)
+    out["power"] = [power_note(r.value, r.diff_sd, r.n, r.seed_sd, r.n_seeds, level, entity)
                     if r.verdict == "inconclusive" and "diff_sd" in out else "" for r in out.itertuples()]
     inconclusive = out["verdict"] == "inconclusive"
     out.loc[inconclusive, "detail"] = out.loc[inconclusive, "power"]
@@ -174,11 +179,11 @@ def direction(r) -> str:
     return "inconclusive"
 
 
-def _paired(m: pd.DataFrame, a: str, b: str, n_boot: int, seed: int) -> dict:
+def _paired(m: pd.DataFrame, a: str, b: str, n_boot: int, seed: int, entity: str = "gene") -> dict:
     wide = m[m["variant"].isin([a, b])].pivot_table(index=["gene", "seed"], columns="variant", values="value")
     wide = wide.dropna(subset=[a, b]) if {a, b} <= set(wide.columns) else wide.iloc[0:0]
     if wide.empty:
-        return {"detail": "no gene scored by both"}
+        return {"detail": f"no {entity} scored by both"}
     diff = (wide[a] - wide[b]).rename("d").reset_index()
     per_gene = diff.groupby("gene")["d"].mean()
     by_seed = diff.groupby("seed")["d"].mean()

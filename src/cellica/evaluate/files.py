@@ -89,9 +89,10 @@ def batch_metrics_files(features: Sequence[PathLike], out: PathLike, activity_ou
 def summarize_files(per_gene: Sequence[PathLike], batch: PathLike, activity: PathLike, out: PathLike,
                     params: EvalParams | None = None, config_hash: str = "", recall: PathLike | None = None,
                     recall_differences: PathLike | None = None,
-                    consistency: Sequence[PathLike] = ()) -> pd.DataFrame:
+                    consistency: Sequence[PathLike] = (), entity: str = "gene") -> pd.DataFrame:
     """The summary and claims table (``summary.parquet``) from the evaluation outputs, plus the
-    gene maps' recall and guide consistency when their tables are given."""
+    gene maps' recall and guide consistency when their tables are given. ``entity`` (what the
+    perturbations are called) words the notes, as on the report's pages."""
     from cellica.evaluate.summary import summary_table
 
     params = params or EvalParams()
@@ -107,7 +108,7 @@ def summarize_files(per_gene: Sequence[PathLike], batch: PathLike, activity: Pat
         named += [(str(recall), maps[0]), (str(recall_differences), maps[1]),
                   *zip(map(str, consistency), cons, strict=True)]
     lineage = merge(named, "summarize")  # every table of one run
-    table = summary_table(genes, batch_table, activity_table, params.n_boot, params.seed, maps)
+    table = summary_table(genes, batch_table, activity_table, params.n_boot, params.seed, maps, entity)
     for claim in table[table["table"] == "claim"].itertuples():
         log.info("claim %s: %s (%s)", claim.verdict.upper(), claim.row, claim.detail)
     table.attrs["provenance"] = json.dumps({"per_gene": [str(p) for p in per_gene], "batch": str(batch),

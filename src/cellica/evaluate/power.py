@@ -41,12 +41,14 @@ def seeds_would_help(seed_sd: float, n_seeds: int, sd: float, n: int) -> bool:
     return seed_sd / math.sqrt(n_seeds) >= 0.5 * sd / math.sqrt(n)
 
 
-def power_note(diff: float, sd: float, n: int, seed_sd: float, n_seeds: int, level: float) -> str:
-    """One sentence for an inconclusive comparison: the genes that would decide it, and seeds."""
+def power_note(diff: float, sd: float, n: int, seed_sd: float, n_seeds: int, level: float,
+               entity: str = "gene") -> str:
+    """One sentence for an inconclusive comparison: the genes (``entity``: what the
+    perturbations are called) that would decide it, and whether more seeds would help."""
     need = genes_needed(diff, sd, level)
     if need is None:
-        return "no estimate of the genes needed (no difference or no spread)"
+        return f"no estimate of the {entity}s needed (no difference or no spread)"
     more = "more seeds would help" if seeds_would_help(seed_sd, n_seeds, sd, n) else \
-        "more seeds would not (seed noise is small beside the gene-to-gene spread)"
-    return (f"about {need} genes would decide a difference of {diff:+.3g} (per-gene sd {sd:.3g}) at "
+        f"more seeds would not (seed noise is small beside the {entity}-to-{entity} spread)"
+    return (f"about {need} {entity}s would decide a difference of {diff:+.3g} (per-{entity} sd {sd:.3g}) at "
             f"{POWER:.0%} power at the Holm level {level:.2g}, against {n} now; {more}")

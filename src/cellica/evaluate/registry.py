@@ -17,6 +17,16 @@ class Metric:
     column: str | None = None  # per-gene metrics: the per-gene table's column (mean over genes)
     compared: bool = False  # paired differences between variants (bootstrap CI, Wilcoxon, Holm)
 
+    def text(self, entity: str = "gene") -> str:
+        """The label with the entity's name (upper case first when the label starts with it)."""
+        text = self.label.format(entity=entity)
+        return sentence(text) if self.label.startswith("{entity}") else text  # "mAP" stays "mAP"
+
+
+def sentence(text: str) -> str:
+    """``text`` with its first letter upper case and the rest as written (unlike ``str.capitalize``)."""
+    return text[:1].upper() + text[1:]
+
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("auroc_heldout", "AUROC, held-out batches ({entity}s evaluated on held-out batches)", True,
@@ -32,9 +42,9 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("chance_accuracy", "... chance level", None),
     Metric("silhouette", "Batch silhouette (controls)", False),
     Metric("knn_mixing", "kNN batch mixing (1 = mixed)", True),
-    Metric("recall", "Gene map: recall of known relationships (all sources)", True),
+    Metric("recall", "{entity} map: recall of known relationships (all sources)", True),
     Metric("recall_null", "... recall expected by chance", None),
-    Metric("guide_consistent_fraction", "Gene map: {entity}s whose guides agree (FDR 5%)", True),
+    Metric("guide_consistent_fraction", "{entity} map: {entity}s whose replicates agree (guides, else wells; FDR 5%)", True),
     Metric("truth_mcc", "Ground truth: MCC features vs true factors", True),
     Metric("truth_factor_r2", "Ground truth: factor probe R^2", True),
     Metric("truth_batch_r2", "Ground truth: batch-parameter probe R^2 (technical signal left)", False),

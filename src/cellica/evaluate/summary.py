@@ -22,7 +22,8 @@ BATCH_COLUMNS = ["batch_accuracy", "batch_accuracy_lgbm", "chance_accuracy", "si
 
 
 def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.DataFrame, n_boot: int = 2000,
-                  seed: int = 0, maps: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None) -> pd.DataFrame:
+                  seed: int = 0, maps: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None,
+                  entity: str = "gene") -> pd.DataFrame:
     """The paper's Tables 3-4 with uncertainty, the variant comparisons and the claims, as one tidy table.
 
     ``table`` is ``per_gene`` (each gene's metric, mean over seeds), ``per_variant``
@@ -30,7 +31,8 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
     ``comparison`` (paired differences, Wilcoxon and Holm-corrected p-values) or
     ``claim`` (verdict and the numbers behind it). Columns: :data:`SUMMARY_COLUMNS`.
     ``maps`` (the gene maps' recall, recall differences and guide consistency tables) adds
-    their per-variant rows and the recall comparisons (:func:`map_rows`).
+    their per-variant rows and the recall comparisons (:func:`map_rows`). ``entity`` (what
+    the perturbations are called: gene, compound, ...) words the reasons and notes.
     """
     values = gene_values(per_gene)
     genes = values.groupby(["variant", "gene", "metric"])["value"].mean().reset_index()
@@ -47,10 +49,10 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
     for t in extra:
         means = pd.concat([means, _with_intervals(t)], ignore_index=True)
     n_features = per_gene.groupby("variant")["n_features"].first().to_dict() if "n_features" in per_gene else {}
-    comps = compare_variants(values, n_features, n_boot, seed).assign(table="comparison")
+    comps = compare_variants(values, n_features, n_boot, seed, entity=entity).assign(table="comparison")
     claims = claims_table(comps, batch)
     if maps:
-        claims = pd.concat([claims, pd.DataFrame([recall_claim(maps[1])])], ignore_index=True)
+        claims = pd.concat([claims, pd.DataFrame([recall_claim(maps[1], entity)])], ignore_index=True)
     claims = claims.rename(columns={"claim": "row"}).assign(table="claim", metric="claim")
     out = pd.concat([genes, means, counts, comps, claims, *([map_rows(*maps)] if maps else [])], ignore_index=True)
     out = out.reindex(columns=SUMMARY_COLUMNS)
@@ -109,10 +111,12 @@ def map_rows(recall: pd.DataFrame, differences: pd.DataFrame, consistency: pd.Da
     diff = differences[differences["source"] == "all"]
     comps = diff.assign(table="comparison", metric="recall", row=diff["variant"] + " - " + diff["baseline"],
                         value=diff["difference"], n=diff["n_pairs"],
-                        verdict=np.where(diff["ci_low"] > 0, "higher", np.where(diff["ci_high"] < 0, "lower",
-                                                                                "inconclusive")))
+                        verdict=np.where(diff["ci_low"] > 0, "higher", np.where(
+                            diff["ci_high"] < 0, "lower", np.where(np.isfinite(diff["ci_low"]), "inconclusive",
+                                                                   "not tested"))),
+                        detail=np.where(diff["n_pairs"] == 0, "no known pair has both members in the map", ""))
     return pd.concat([per_variant, comps], ignore_index=True)[["table", "row", "variant", "metric", "value",
-                                                                "ci_low", "ci_high", "n", *(["verdict"])]]
+                                                                "ci_low", "ci_high", "n", "verdict", "detail"]]
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:

@@ -63,8 +63,12 @@ class ReportInputs:
 def _env():
     from jinja2 import Environment, PackageLoader, select_autoescape
 
-    return Environment(loader=PackageLoader("cellica.report", "templates"), autoescape=select_autoescape(["html"]),
-                       trim_blocks=True, lstrip_blocks=True)
+    from cellica.evaluate.registry import sentence
+
+    env = Environment(loader=PackageLoader("cellica.report", "templates"), autoescape=select_autoescape(["html"]),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["sentence"] = sentence  # first letter up, the rest as written: "MoA", not "Moa"
+    return env
 
 
 def _ordered(variants) -> list[str]:
@@ -155,3 +159,13 @@ def transform_diagnostics(features: dict[str, Path]) -> list[dict[str, Any]]:
                      "ica": None if ica is None else {k: _fmt(v) for k, v in ica.items() if not isinstance(v, list | dict | np.ndarray)}})
         a.file.close()
     return rows
+
+
+def split_words(split: str, entity: str) -> dict[str, str]:
+    """What a gene page says of the split its classifiers used (the table's ``split``)."""
+    if split == "batch":
+        return {"auroc": "AUROC on held-out batches", "caption": "Held-out-batch AUROC per variant (mean over folds).",
+                "fold": "each held-out batch's fold"}
+    return {"auroc": "AUROC on a stratified random split",
+            "caption": f"AUROC per variant on a stratified random split (this {entity} was seen in one batch, so no "
+                       "batch could be held out), mean over folds.", "fold": "each random fold"}

@@ -43,21 +43,22 @@ def layout_2d(x: np.ndarray, metric: str = "euclidean", seed: int = 0) -> tuple[
     return a.obsm["X_umap"], "UMAP"
 
 
-def map_umaps(maps: dict[str, Path], store: Path | None = None, seed: int = 0) -> list[dict[str, Any]]:
+def map_umaps(maps: dict[str, Path], store: Path | None = None, seed: int = 0,
+              entity: str = "gene") -> list[dict[str, Any]]:
     """One UMAP per variant's gene map (scanpy: cosine kNN graph, seeded; the first two PCs for
     very small maps), genes coloured by their complex (the simulated store's ``complexes`` table)
-    or all alike."""
-    import anndata as ad
+    or all alike; ``entity`` names the points (gene, compound, ...)."""
+    from cellica.core.adata import read_sealed
 
     group = _complexes(store)
     out = []
     for variant, path in maps.items():
-        genes = ad.read_h5ad(path)
+        genes = read_sealed(path)
         if genes.n_obs < 4:
             continue
         xy, how = layout_2d(genes.X, "cosine", seed)
-        points = [(float(x), float(y), group.get(g, "gene")) for (x, y), g in zip(xy, genes.obs_names, strict=True)]
-        out.append({"variant": variant, "svg": scatter(points, f"{variant}: gene map {how}", f"{how} 1", f"{how} 2",
+        points = [(float(x), float(y), group.get(g, entity)) for (x, y), g in zip(xy, genes.obs_names, strict=True)]
+        out.append({"variant": variant, "svg": scatter(points, f"{variant}: {entity} map {how}", f"{how} 1", f"{how} 2",
                                                        size=260, radius=_radius(len(points)),
                                                        names=list(map(str, genes.obs_names)))})
     return out

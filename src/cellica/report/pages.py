@@ -23,6 +23,7 @@ from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.names import safe_filename
 from cellica.evaluate.genes import gene_chunk, mean_roc
+from cellica.evaluate.registry import METRICS, sentence
 from cellica.report.content import (
     COUNT_METRICS,
     DIRECTION,
@@ -34,6 +35,7 @@ from cellica.report.content import (
     _ordered,
     _png_uri,
     _with_ci,
+    split_words,
     stage_times,
     transform_diagnostics,
 )
@@ -87,15 +89,15 @@ class ReportBuilder:
                                                                                 values="value")
         n_features = counts.loc["n_features"].to_dict() if "n_features" in counts.index else {}
         ref = n_features.get("pca_ica", n_features.get("pca"))
-        metric_rows = [self._metric_row(metric, label.format(entity=entity), higher, means, variants, n_features, ref)
-                       for metric, (label, higher) in VARIANT_METRICS.items()
+        metric_rows = [self._metric_row(metric, METRICS[metric].text(entity), higher, means, variants, n_features, ref)
+                       for metric, (_, higher) in VARIANT_METRICS.items()
                        if metric in means.index.get_level_values(0)]
-        count_rows = [{"label": label.format(entity=entity).capitalize(),
+        count_rows = [{"label": sentence(label.format(entity=entity)),
                        "cells": [_fmt(int(counts.loc[m, v])) if v in counts.columns and counts.loc[m, v] == counts.loc[m, v]
                                  else "n/a" for v in variants]}
                       for m, label in COUNT_METRICS.items() if m in counts.index]
         rows = gene_rows(self.per_gene, self.genes, self.variants, self.links)
-        charts = [self._ci_chart(metric, means, variants) for metric in ("auroc_heldout", "sparsity", "concentration",
+        charts = [self._ci_chart(metric, means, variants, entity) for metric in ("auroc_heldout", "sparsity", "concentration",
                                                                          "recall")
                   if metric in means.index.get_level_values(0)]
         return {"variants": variants, "gene_variants": self.variants, "metric_rows": metric_rows,
@@ -133,15 +135,15 @@ class ReportBuilder:
         return {"metric": metric, "label": label, "direction": DIRECTION[higher], "cells": cells}
 
     @staticmethod
-    def _ci_chart(metric, means, variants) -> str:
+    def _ci_chart(metric, means, variants, entity: str) -> str:
         vs = [v for v in variants if (metric, v) in means.index]
         vals = [float(means.loc[(metric, v), "value"]) for v in vs]
         finite = [x for x in vals if x == x] or [1.0]
         lo = min(0.0, min(finite))  # bars start at 0: their lengths compare as the values do
-        title = VARIANT_METRICS[metric][0].split(" (")[0] + " (mean over genes)"
-        if metric == "recall":  # known pairs of the gene maps, with what chance alone recalls
+        title = METRICS[metric].text(entity).split(" (")[0] + f" (mean over {entity}s)"
+        if metric == "recall":  # known pairs of the maps, with what chance alone recalls
             null = [float(means.loc[("recall_null", v), "value"]) for v in vs if ("recall_null", v) in means.index]
-            title = "Gene map: recall of known pairs" + (f" (null {null[0]:.2f})" if null else "")
+            title = sentence(f"{entity} map: recall of known pairs") + (f" (null {null[0]:.2f})" if null else "")
         chance = {"reference": 0.5, "reference_label": "chance"} if metric.startswith("auroc") else {}
         return bar_chart(vs, vals, title, vmin=lo, vmax=max(1.0 if metric != "concentration" else 0.5, max(finite)),
                          **chance)
@@ -168,7 +170,7 @@ class ReportBuilder:
         features = {v: self.inp.features[v] for v in variant_order(self.inp.features)}
         base = features.get("base") or next(iter(features.values()), None)
         recall, recall_note = recall_bars(self.inp.recall, self.variants) if self.inp.recall else ([], "")
-        return {"umaps": map_umaps(maps, self.inp.store) if maps else [], "recall": recall, "recall_note": recall_note,
+        return {"umaps": map_umaps(maps, self.inp.store, entity=self.inp.entity) if maps else [], "recall": recall, "recall_note": recall_note,
                 "wells": well_umaps(features, self.seed) if features else [],
                 "layout": plate_heatmaps(base) if base else None,
                 "intensity": control_intensity(self.inp.store, self.seed) if self.inp.store else None}
@@ -359,16 +361,6 @@ class ReportBuilder:
         pts = [(float(x[i, 0]), float(x[i, 1]), f"ctrl {obs['batch'].iloc[i]}") for i in ctrl]
         pts += [(float(x[i, 0]), float(x[i, 1]), gene) for i in pert]
         return scatter(pts, f"{variant}: top-2 features", top[0], top[1], highlight=gene)
-
-
-def split_words(split: str, entity: str) -> dict[str, str]:
-    """What a gene page says of the split its classifiers used (the table's ``split``)."""
-    if split == "batch":
-        return {"auroc": "AUROC on held-out batches", "caption": "Held-out-batch AUROC per variant (mean over folds).",
-                "fold": "each held-out batch's fold"}
-    return {"auroc": "AUROC on a stratified random split",
-            "caption": f"AUROC per variant on a stratified random split (this {entity} was seen in one batch, so no "
-                       "batch could be held out), mean over folds.", "fold": "each random fold"}
 
 
 def _write(path: Path, text: str) -> Path:
