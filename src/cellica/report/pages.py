@@ -97,9 +97,11 @@ class ReportBuilder:
                                  else "n/a" for v in variants]}
                       for m, label in COUNT_METRICS.items() if m in counts.index]
         rows = gene_rows(self.per_gene, self.genes, self.variants, self.links)
-        charts = [self._ci_chart(metric, means, variants, entity) for metric in ("auroc_heldout", "sparsity", "concentration",
-                                                                         "recall")
-                  if metric in means.index.get_level_values(0)]
+        # A chart per metric with a value to draw (no held-out AUROC: the random split's instead).
+        drawn = means["value"].dropna().index.get_level_values(0)
+        auroc = "auroc_heldout" if "auroc_heldout" in drawn else "auroc_random_split"
+        charts = [self._ci_chart(metric, means, variants, entity) for metric in (auroc, "sparsity", "concentration",
+                                                                                 "recall") if metric in drawn]
         return {"variants": variants, "gene_variants": self.variants, "metric_rows": metric_rows,
                 "count_rows": count_rows, "gene_rows": rows[:self.page_size], "charts": charts, "entity": entity,
                 "all_rows": rows, "n_rows": len(rows), "prefix": "", "page": None,
