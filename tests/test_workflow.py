@@ -356,6 +356,24 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
     assert "evaluating" in log and "tiles" in log
 
 
+def test_the_tiny_run_s_numbers_are_those_recorded_bit_for_bit(tiny_run):
+    """Every table, features file, map and transform of the tiny run equals, bit for bit, what
+    tests/golden/tiny_run.json recorded before the last refactor (`python -m tests.golden`).
+    The last bits belong to the numeric libraries: with other versions, this says so and skips."""
+    import json
+
+    from tests.golden import digests, versions
+
+    golden = json.loads((REPO / "tests" / "golden" / "tiny_run.json").read_text())
+    if versions() != golden["versions"]:
+        changed = {k: (golden["versions"].get(k), v) for k, v in versions().items() if golden["versions"].get(k) != v}
+        pytest.skip(f"recorded with other library versions {changed}: re-record with python -m tests.golden")
+    found = digests(tiny_run / "results")
+    assert set(found) == set(golden["digests"]), set(found) ^ set(golden["digests"])
+    changed = sorted(k for k, v in found.items() if golden["digests"][k] != v)
+    assert not changed, f"numbers changed in {changed}"
+
+
 def test_every_number_on_the_index_equals_its_table(tiny_run):
     """The per-variant table (mean [95% CI]) and the claims on the rendered index, number by
     number, against summary.parquet."""
