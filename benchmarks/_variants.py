@@ -13,11 +13,9 @@ from cellica.evaluate.batch import variant_metrics
 from cellica.evaluate.genes import evaluate_genes
 from cellica.evaluate.params import EvalParams
 from cellica.evaluate.summary import summary_table
+from cellica.registry import PAPER_VARIANTS, VARIANTS, seeded_variants
 from cellica.transform.params import TransformParams
-from cellica.transform.registry import VARIANTS, seeded_variants
 from cellica.transform.variants import make_transform
-
-PAPER_VARIANTS = [name for name, v in VARIANTS.items() if v.role == "paper"]
 
 
 def evaluate_variants(emb, seeds: list[int], transform: TransformParams, truth=None, genes: bool = True,

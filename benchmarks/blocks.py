@@ -42,6 +42,7 @@ from cellica.embed.extract import embed_store
 from cellica.embed.params import EmbedParams, TrainParams
 from cellica.embed.train import train_mae
 from cellica.identify.recovery import truth_recovery
+from cellica.registry import metrics_of
 from cellica.store.ingest import ingest
 from cellica.store.params import IngestParams, SimulationParams
 from cellica.store.simulate import simulate_screen
@@ -52,7 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 DEMO = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 CLASSIFIER_METRICS = ["auroc_heldout", "sparsity", "concentration", "batch_accuracy"]
-BATCH_METRICS = ["chance_accuracy", "batch_accuracy", "batch_accuracy_lgbm", "silhouette", "knn_mixing"]
+BATCH_METRICS = list(metrics_of("batch"))
 
 
 def settings(n_blocks: int) -> list[tuple[int, str]]:

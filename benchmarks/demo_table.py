@@ -15,14 +15,11 @@ from pathlib import Path
 import pandas as pd
 from _docs import markdown, write_block
 
+from cellica.registry import METRICS, variant_order
+
 REPO = Path(__file__).resolve().parents[1]
-ROWS = {
-    "auroc_heldout": "AUROC, held-out batches", "auroc_within": "AUROC, within batch", "sparsity": "Hoyer sparsity",
-    "concentration": "concentration (top 25%)", "batch_accuracy": "batch accuracy, logistic",
-    "batch_accuracy_lgbm": "batch accuracy, LightGBM", "chance_accuracy": "... chance", "knn_mixing": "kNN batch mixing",
-    "truth_mcc": "ground truth: MCC", "truth_infom": "ground truth: InfoM", "truth_batch_r2": "batch-parameter probe R^2",
-}
-ORDER = ["base", "pca", "pca_ica", "pca_rand", "sphering", "harmony", "combat"]
+# The registry's metrics that have a short label, in its order.
+ROWS = {name: m.short for name, m in METRICS.items() if m.short}
 
 
 # Two decimals: a fresh demo run on another machine differed from this table in the third
@@ -51,7 +48,7 @@ def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "results" / "eval" / "summary.parquet"
     s = pd.read_parquet(path)
     means = s[(s["table"] == "per_variant") & (s["row"] == "mean") & s["metric"].isin(ROWS)]
-    variants = [v for v in ORDER if v in set(means["variant"])]
+    variants = variant_order(set(means["variant"]))
     rows = []
     for metric, label in ROWS.items():
         m = means[means["metric"] == metric].set_index("variant")

@@ -38,9 +38,10 @@ from pathlib import Path
 import pandas as pd
 from _docs import DOCS, markdown, write_block
 
+from cellica.registry import CLAIMED_ORDER, variant_order
+
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("shared", "independent")
-ORDER = ["base", "pca", "pca_ica", "pca_rand", "sphering", "harmony", "combat"]
 
 
 def run(workdir: Path, mode: str, configfile: Path = REPO / "config" / "config.yaml",
@@ -101,13 +102,13 @@ def sources() -> str:
     return markdown(pd.DataFrame(rows))
 
 
-def tables(maps: dict[str, Path], baselines=("pca", "pca_rand", "base")) -> str:
+def tables(maps: dict[str, Path], baselines=CLAIMED_ORDER[1:]) -> str:
     recall, diffs = [], []
     for mode, folder in maps.items():
         recall.append(pd.read_parquet(folder / "recall.parquet").assign(screen=mode))
         diffs.append(pd.read_parquet(folder / "recall_differences.parquet").assign(screen=mode))
     r = pd.concat(recall)
-    variants = [v for v in ORDER if v in set(r["variant"])]
+    variants = variant_order(set(r["variant"]))
     rows = []
     for (mode, source), t in r.groupby(["screen", "source"], sort=False):
         t = t.set_index("variant")

@@ -19,10 +19,14 @@ from pathlib import Path
 import pandas as pd
 from _docs import DOCS, markdown, write_block
 
+from cellica.registry import METRICS as REGISTRY_METRICS
+from cellica.registry import PAPER_VARIANTS
 from cellica.report.content import benchmark_jobs
 
-METRICS = ["auroc_heldout", "sparsity", "concentration", "batch_acc_lgbm", "recall", "truth_factor_r2"]
-VARIANTS = ["base", "pca", "pca_ica", "pca_rand"]
+# Metrics and variants as the registry names them (a misspelt name would select nothing).
+METRICS = ["auroc_heldout", "sparsity", "concentration", "batch_accuracy_lgbm", "recall", "truth_factor_r2"]
+assert set(METRICS) <= set(REGISTRY_METRICS)
+VARIANTS = list(PAPER_VARIANTS)
 
 
 def summary(results: Path, label: str) -> pd.DataFrame:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from cellica.evaluate.summary import summary_table
+from cellica.registry import VARIANT_NAMES
 from cellica.report.content import ReportInputs
 from cellica.report.pages import ReportBuilder
 
@@ -32,7 +33,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=20000)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    variants = ["base", "pca", "pca_ica", "pca_rand", "sphering", "harmony", "combat"][: args.variants]
+    variants = list(VARIANT_NAMES)[: args.variants]
     genes = [f"GENE{i:05d}" for i in range(args.genes)]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

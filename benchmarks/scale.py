@@ -52,10 +52,11 @@ import pandas as pd
 import yaml
 from _docs import DOCS, markdown, write_block
 
+from cellica.registry import PAPER_VARIANTS
 from cellica.report.content import benchmark_jobs
 
 REPO = Path(__file__).resolve().parents[1]
-VARIANTS = ["base", "pca", "pca_ica", "pca_rand"]
+VARIANTS = list(PAPER_VARIANTS)
 PRESETS = {
     "small": ["20000x100"],
     "default": ["20000x100", "80000x100", "20000x400"],

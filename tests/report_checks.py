@@ -58,7 +58,7 @@ def agrees(shown: float, value: float) -> bool:
 def check_index_numbers(results: Path, reports: Path, entity: str = "gene", least: int = 20) -> None:
     """The per-variant table (mean [95% CI]) and the claims on the rendered index, number by
     number, against summary.parquet (labels in the run's words: ``entity``)."""
-    from cellica.evaluate.registry import METRICS
+    from cellica.registry import METRICS
     from cellica.report.content import VARIANT_METRICS
 
     summary = pd.read_parquet(results / "eval" / "summary.parquet")

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from cellica.registry import PAPER_VARIANTS
 from tests.conftest import REPO, shared
 from tests.report_checks import Tables, check_index_numbers, check_table_numbers
 from tests.test_workflow import snakemake
@@ -27,7 +28,7 @@ def bbbc021_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("bbbc021")
     cfg = yaml.safe_load(EXAMPLE.read_text())
     cfg["features"]["path"] = str(data / Path(cfg["features"]["path"]).name)
-    cfg["transform"]["variants"] = ["base", "pca", "pca_ica", "pca_rand"]
+    cfg["transform"]["variants"] = list(PAPER_VARIANTS)
     config = workdir / "bbbc021.yaml"
     config.write_text(yaml.safe_dump(cfg))
     run = snakemake(workdir, configfile=config)

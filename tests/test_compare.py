@@ -6,6 +6,7 @@ from cellica.core.errors import CellicaError
 from cellica.evaluate.claims import claims_table
 from cellica.evaluate.compare import bootstrap_ci, compare_variants, gene_values, holm, wilcoxon_p
 from cellica.evaluate.summary import summary_table
+from cellica.registry import PAPER_VARIANTS
 
 
 def test_bootstrap_ci_by_hand():
@@ -62,7 +63,7 @@ def test_claim_fails_when_the_order_is_reversed_and_is_inconclusive_in_noise():
     worse = _per_gene({"base": base, "pca": base + 0.05, "pca_rand": base + 0.01, "pca_ica": base})
     claims = claims_table(compare_variants(gene_values(worse), {}, 1000, 0)).set_index("claim")
     assert claims.iloc[0]["verdict"] == "fails"
-    noise = _per_gene({v: base + rng.normal(0, 0.05, 25) for v in ("base", "pca", "pca_rand", "pca_ica")})
+    noise = _per_gene({v: base + rng.normal(0, 0.05, 25) for v in PAPER_VARIANTS})
     claims = claims_table(compare_variants(gene_values(noise), {}, 1000, 0)).set_index("claim")
     assert claims.iloc[0]["verdict"] == "inconclusive"
 
@@ -152,9 +153,9 @@ def test_sentences_name_the_entity_and_say_why_nothing_was_compared():
     """A compound screen where every compound was seen in one batch: no held-out AUROC exists,
     and the comparison says so in the screen's words (not "no gene scored by both")."""
     from cellica.evaluate.power import power_note
-    from cellica.evaluate.registry import METRICS
+    from cellica.registry import METRICS
 
-    vals = {v: [0.6, 0.7, 0.8, 0.9] for v in ("base", "pca", "pca_ica", "pca_rand")}
+    vals = {v: [0.6, 0.7, 0.8, 0.9] for v in PAPER_VARIANTS}
     comps = compare_variants(gene_values(_per_gene(vals, split="random")), {}, 200, 0, entity="compound")
     row = comps.set_index(["metric", "variant", "other"]).loc[("auroc_heldout", "pca_ica", "pca")]
     assert row["verdict"] == "not tested"

@@ -23,10 +23,10 @@ from cellica.embed.params import EmbedParams, FeatureTableParams, ProfileParams,
 from cellica.evaluate.params import EvalParams
 from cellica.identify.params import AlignParams
 from cellica.maps.params import MapParams
+from cellica.registry import VARIANT_NAMES
 from cellica.report.params import ReportParams
 from cellica.store.params import IngestParams, SimulationParams
 from cellica.transform.params import TransformParams
-from cellica.transform.registry import VARIANT_NAMES
 
 SOURCES = ("simulate", "ingest", "features")
 

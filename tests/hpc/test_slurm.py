@@ -21,12 +21,13 @@ import pandas as pd
 import pytest
 import yaml
 
+from cellica.registry import PAPER_VARIANTS
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.hpc, pytest.mark.e2e]
 CLUSTER = REPO / "tests" / "hpc" / "cluster.sh"
 PROFILE = REPO / "workflow" / "profiles" / "slurm" / "config.yaml"
-VARIANTS = ["base", "pca", "pca_ica"]
+VARIANTS = list(PAPER_VARIANTS[:3])
 
 
 def _env() -> dict[str, str]:

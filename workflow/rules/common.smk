@@ -19,7 +19,7 @@ from cellica.report.content import entity_label, times_text
 from cellica.report.params import ReportParams
 from cellica.store.params import IngestParams, SimulationParams
 from cellica.transform.params import TransformParams
-from cellica.transform.registry import VARIANTS as VARIANT_REGISTRY, seeded_variants
+from cellica.registry import VARIANTS as VARIANT_REGISTRY, seeded_variants
 
 
 # `--config section='{key: value}'` arrives as text: read it with each key's type first.

@@ -161,7 +161,9 @@ def schema(ns: argparse.Namespace) -> None:
 
     if ns.docs:
         from cellica.core.docs import write_block
+        from cellica.registry import variants_markdown
 
+        write_block(ns.docs, "variants", variants_markdown())
         write_block(ns.docs, "config-reference", reference_markdown())
     text = schema_yaml()
     if not ns.out:

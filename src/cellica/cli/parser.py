@@ -87,7 +87,7 @@ COMMANDS = [
     ("transform", "whitening, ICA, random rotation or a comparator correction", commands.transform,
      [("--input", {**REQ, "help": "features to transform (*.h5ad)"}),
       ("--out", {**REQ, "help": "transformed features (*.h5ad)"}),
-      ("--variant", {"default": None, "help": "the variant to fit (cellica.transform.registry)"}),
+      ("--variant", {"default": None, "help": "the variant to fit (cellica.registry)"}),
       ("--model-out", {"default": None, "help": "save the fitted transform (*.npz)"}),
       ("--apply", {"default": None, "metavar": "MODEL", "help": "apply a saved transform instead of fitting"})],
      ("transform.params", "TransformParams")),

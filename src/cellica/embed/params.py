@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cellica.core.params import Params, param
+from cellica.core.params import Params, like, param
 from cellica.core.threads import NUMERIC_THREADS
 
 NORMALIZATIONS = ("store", "tile", "instance")
@@ -86,7 +86,7 @@ class EmbedParams(Params):
                        "biology better: docs/models.md).")
     device: str = param("auto", "`auto` (CUDA with bf16 autocast if available, else CPU float32), or a device "
                         "name.")
-    num_workers: int = param(0, "DataLoader worker processes reading the store.", ge=0)
+    num_workers: int = like(TrainParams, "num_workers")
     threads: int = param(NUMERIC_THREADS, "CPU threads of torch while embedding; fixed, like mae.threads, so the "
                          "embeddings never depend on --cores.", ge=1)
     model_name: str | None = param(None, "timm architecture of a plain timm-format checkpoint (cellica "

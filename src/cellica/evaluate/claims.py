@@ -5,36 +5,16 @@ inconclusive at 95%, with the numbers behind it and how many seeds agree.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from cellica.core.logs import get_logger
+from cellica.registry import BATCH_CLAIM, CLAIMS, RECALL_CLAIM
 
 log = get_logger("compare")
 
 
-@dataclass(frozen=True)
-class Claim:
-    """One of the paper's claims: every (metric, better, worse) comparison must go that way."""
-
-    name: str
-    parts: tuple[tuple[str, str, str], ...]
-
-
-CLAIMS = (
-    Claim("AUROC (held-out batches): PCA+ICA > PCA > PCA+Rand, Base",
-          (("auroc_heldout", "pca_ica", "pca"), ("auroc_heldout", "pca", "pca_rand"), ("auroc_heldout", "pca", "base"))),
-    Claim("Sparsity: PCA+ICA highest",
-          (("sparsity", "pca_ica", "pca"), ("sparsity", "pca_ica", "pca_rand"), ("sparsity", "pca_ica", "base"))),
-    Claim("Concentration: Base < PCA+Rand < PCA < PCA+ICA",
-          (("concentration", "pca_rand", "base"), ("concentration", "pca", "pca_rand"),
-           ("concentration", "pca_ica", "pca"))),
-)
-
-
-BATCH_CLAIM = "Batch signal removed: batch classifiers on controls less accurate on PCA+ICA than on Base"
 
 
 
@@ -107,9 +87,6 @@ def _batch_claim(batch: pd.DataFrame | None) -> dict:
         return {"claim": name, "verdict": "not tested", "detail": "no batch classifier could be cross-validated"}
     verdict = "holds" if all(v == "holds" for v in verdicts) else "fails" if "fails" in verdicts else "inconclusive"
     return {"claim": name, "verdict": verdict, "detail": "; ".join(parts) + " (95% bootstrap intervals over controls)"}
-
-
-RECALL_CLAIM = "Known relationships: PCA+ICA's {entity} map recalls more known pairs than PCA's and PCA+Rand's"
 
 
 def recall_claim(differences: pd.DataFrame, entity: str = "gene") -> dict:

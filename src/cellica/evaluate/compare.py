@@ -29,14 +29,12 @@ import pandas as pd
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.evaluate.power import power_note
-from cellica.evaluate.registry import COMPARED_METRICS, GENE_METRICS
+from cellica.registry import COMPARED_METRICS, GENE_METRICS, PAIRS
 
 log = get_logger("compare")
 
 ALPHA = 0.05
 MIN_GENES = 3
-PAIRS = [("pca_ica", "pca"), ("pca_ica", "pca_rand"), ("pca_ica", "base"), ("pca", "pca_rand"), ("pca", "base"),
-         ("pca_rand", "base")]
 
 
 def bootstrap_ci(values, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:

@@ -47,7 +47,7 @@ import pandas as pd
 
 from cellica import __version__
 from cellica.core.adata import aggregate_wells, read_h5ad
-from cellica.core.contracts import FIT_COL
+from cellica.core.contracts import FIT_COL, held_back_mask
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.evaluate.classifiers import GeneClassifiers
@@ -89,15 +89,13 @@ def evaluation_rows(obs: pd.DataFrame, warn: bool = True) -> np.ndarray:
     :func:`cellica.core.adata.read_h5ad` can load only these), or every row when every
     control fitted it (with a loud warning, unless ``warn`` is false: the evaluation then
     reuses them, and :func:`prepare` warns)."""
+    rows = held_back_mask(obs)  # the one rule (cellica.core.contracts); here it is logged
     ctrl = obs["is_control"].to_numpy(dtype=bool)
-    if FIT_COL not in obs or not obs[FIT_COL].any():
-        return np.ones(len(obs), bool)
-    fitted = obs[FIT_COL].to_numpy(dtype=bool)
-    if (ctrl & ~fitted).any():
+    if not rows.all():
         log.info("evaluating against %d held-back controls (%d controls fitted the transform and are left out)",
-                 int((ctrl & ~fitted).sum()), int(fitted.sum()))
-        return ~fitted
-    if warn:
+                 int((ctrl & rows).sum()), int((~rows).sum()))
+        return rows
+    if FIT_COL in obs and obs[FIT_COL].any() and warn:
         log.warning("every control fitted the transform (fit_fraction 1.0): the evaluation REUSES these %d "
                     "controls, so it compares perturbations with the controls the transform was fit on "
                     "(optimistic: leakage)", int(ctrl.sum()))

@@ -27,7 +27,9 @@ class EvalParams(Params):
     split: str = param("batch", "batch: one fold per batch holding out that batch's perturbed and control samples "
                        "(generalisation to unseen batches); random: stratified 3-fold split. Genes in a single "
                        "batch always fall back to random and are flagged.", choices=("batch", "random"))
-    batch_key: str = param("batch", "Metadata column naming the batch.")
+    batch_key: str = param("batch", "Metadata column naming the batch the classifiers hold out (it may differ "
+                           "from transform.batch_key, e.g. correct per plate, hold out per "
+                           "experiment).")
     n_trees: int = param(100, "Boosting rounds.", ge=1)
     learning_rate: float = param(0.05, "LightGBM learning rate (paper default).", gt=0)
     num_leaves: int = param(31, "LightGBM leaves per tree (paper default).", ge=2)

@@ -4,21 +4,21 @@ paired comparisons between variants and the claims, as one tidy table.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from cellica.core.logs import get_logger
 from cellica.evaluate.claims import claims_table, recall_claim
 from cellica.evaluate.compare import compare_variants, gene_values, variant_means
+from cellica.registry import metrics_of
 
 log = get_logger("compare")
 
 
 SUMMARY_COLUMNS = ["table", "row", "variant", "metric", "value", "ci_low", "ci_high", "n", "seed_sd", "p_value",
                    "p_holm", "verdict", "detail"]
-
-
-BATCH_COLUMNS = ["batch_accuracy", "batch_accuracy_lgbm", "chance_accuracy", "silhouette", "knn_mixing"]
 
 
 def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.DataFrame, n_boot: int = 2000,
@@ -44,7 +44,8 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
         act = activity.groupby("variant").agg(map_mean=("map", "mean"), active_fraction=("significant", "mean"))
         extra.append(act)
     if not batch.empty:
-        cols = [c for c in batch.columns if c in BATCH_COLUMNS or c.startswith(("truth_", "batch_accuracy"))]
+        # The batch table's metrics (and their intervals, X_ci_low / X_ci_high) as the registry names them.
+        cols = [c for c in batch.columns if re.sub(r"_ci_(low|high)$", "", c) in metrics_of("batch", "truth")]
         extra.append(batch.set_index("variant")[cols])
     for t in extra:
         means = pd.concat([means, _with_intervals(t)], ignore_index=True)

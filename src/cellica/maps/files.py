@@ -93,9 +93,9 @@ def recall_files(maps: Sequence[PathLike], out: PathLike, differences_out: PathL
                  params: MapParams | None = None) -> pd.DataFrame:
     """Recall of known relationships by every variant's map (and paired differences between
     variants); the recall table also counts each source's gene symbols that are not in the map."""
-    from cellica.evaluate.compare import PAIRS
     from cellica.maps.annotations import match_genes
     from cellica.maps.recall import recall_tables
+    from cellica.registry import PAIRS
 
     p = params or MapParams()
     p.validate()

@@ -15,22 +15,16 @@ import numpy as np
 import pandas as pd
 
 from cellica.core.logs import get_logger
-from cellica.evaluate.registry import METRICS
+from cellica.registry import METRICS, variant_order
 from cellica.report.svg import number
-from cellica.transform.registry import variant_order
 
 log = get_logger("report")
 
 
-# Per-variant metrics (cellica.evaluate.registry): (label, higher is better? None: no direction).
+# Per-variant metrics (cellica.registry): (label, higher is better? None: no direction).
 # Means over genes carry a 95% bootstrap interval; the batch classifiers one over controls.
-VARIANT_METRICS = {name: (m.label, m.higher_is_better) for name, m in METRICS.items()}
-COUNT_METRICS = {
-    "n_genes": "{entity}s evaluated", "n_genes_heldout": "... on held-out batches",
-    "n_genes_random_split": "... on a random split (one batch only)",
-    "n_genes_no_split": "... whose classifiers made no split (AUROC 0.5 by construction)",
-    "n_genes_skipped": "{entity}s skipped (too few samples)", "n_features": "features",
-}
+VARIANT_METRICS = {name: (m.label, m.higher_is_better) for name, m in METRICS.items() if m.kind != "count"}
+COUNT_METRICS = {name: m.label for name, m in METRICS.items() if m.kind == "count"}
 
 
 MISSED_AUROC = 0.6  # a simulated strong effect that no variant detects above this is flagged on its page
@@ -63,7 +57,7 @@ class ReportInputs:
 def _env():
     from jinja2 import Environment, PackageLoader, select_autoescape
 
-    from cellica.evaluate.registry import sentence
+    from cellica.registry import sentence
 
     env = Environment(loader=PackageLoader("cellica.report", "templates"), autoescape=select_autoescape(["html"]),
                       trim_blocks=True, lstrip_blocks=True)

@@ -23,7 +23,7 @@ from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.names import safe_filename
 from cellica.evaluate.genes import gene_chunk, mean_roc
-from cellica.evaluate.registry import METRICS, sentence
+from cellica.registry import METRICS, sentence
 from cellica.report.content import (
     COUNT_METRICS,
     DIRECTION,
@@ -159,6 +159,7 @@ class ReportBuilder:
     def _gene_maps(self) -> dict[str, Any]:
         """UMAPs of the variants' gene maps and wells, the plate-layout heatmaps (from the base
         features) and the controls' intensity per position (from the tile store)."""
+        from cellica.registry import variant_order
         from cellica.report.maps import (
             control_intensity,
             map_umaps,
@@ -166,7 +167,6 @@ class ReportBuilder:
             recall_bars,
             well_umaps,
         )
-        from cellica.transform.registry import variant_order
 
         maps = {v: self.inp.maps[v] for v in variant_order(self.inp.maps)}
         features = {v: self.inp.features[v] for v in variant_order(self.inp.features)}

@@ -1,2 +1,2 @@
 """Stage 3, transforms: PCA whitening on controls, ICA, a random rotation and comparators
-(:data:`cellica.transform.registry.VARIANTS`), each an estimator on AnnData."""
+(:data:`cellica.registry.VARIANTS`), each an estimator on AnnData."""

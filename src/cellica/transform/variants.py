@@ -2,19 +2,8 @@
 
 Each variant is a scikit-learn-style estimator on AnnData: ``fit`` on one
 features file, ``transform`` any other with the same features, ``save``/``load``
-to a small ``.npz`` (arrays plus JSON; never pickle).
-
-=========  ==================================================================
-variant    what it does
-=========  ==================================================================
-base       the features unchanged (the reference row of every table)
-pca        PCA whitening fit on the controls (centred on them), eigenvalue floor
-pca_ica    pca, then the ICA rotation (fit where the whitening holds)
-pca_rand   pca, then a seeded Haar-random rotation (the control for ICA)
-sphering   ZCA whitening on the controls (pycytominer / JUMP recipe)
-harmony    Harmony (harmonypy) on the control-PCA scores; transductive
-combat     ComBat (scanpy) on the features; transductive
-=========  ==================================================================
+to a small ``.npz`` (arrays plus JSON; never pickle). What each variant does, and which
+class computes it, is in the registry (:data:`cellica.registry.VARIANTS`).
 
 Batches (``batch_key``) are handled in the PCA family by ``batch_correction``:
 ``null`` (one global fit), ``center`` (subtract each batch's control mean) or
@@ -32,11 +21,10 @@ from __future__ import annotations
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.registry import VARIANTS
+from cellica.transform import comparators, pca  # noqa: F401  (their classes are the registry's estimators)
 from cellica.transform.base import Transform
-from cellica.transform.comparators import Combat, Harmony, Sphering
 from cellica.transform.params import TransformParams
-from cellica.transform.pca import PCAICA, PCARandom, PCAWhitening
-from cellica.transform.registry import VARIANTS
 
 log = get_logger("transforms")
 
@@ -44,12 +32,21 @@ log = get_logger("transforms")
 # ---------------------------------------------------------------------- helpers
 
 
-# The estimator classes the registry names (cellica.transform.registry.Variant.estimator).
-_ESTIMATORS = {cls.__name__: cls for cls in (Transform, PCAWhitening, PCAICA, PCARandom, Sphering, Harmony, Combat)}
+def estimator_class(name: str) -> type[Transform]:
+    """The :class:`Transform` subclass called ``name`` (a registry entry's ``estimator``): no
+    second list of classes to keep in step with the registry."""
+    found, todo = {}, [Transform]
+    while todo:
+        cls = todo.pop()
+        found.setdefault(cls.__name__, cls)
+        todo.extend(cls.__subclasses__())
+    if name not in found:
+        raise CellicaError(f"the registry names estimator {name!r}, but no Transform subclass has that name")
+    return found[name]
 
 
 def make_transform(variant: str, params: TransformParams | None = None) -> Transform:
-    """The estimator for a variant name (see :data:`cellica.transform.registry.VARIANTS`)."""
+    """The estimator for a variant name (see :data:`cellica.registry.VARIANTS`)."""
     if variant not in VARIANTS:
         raise CellicaError(f"unknown transform variant {variant!r}; choose from {', '.join(VARIANTS)}")
-    return _ESTIMATORS[VARIANTS[variant].estimator](params or TransformParams())
+    return estimator_class(VARIANTS[variant].estimator)(params or TransformParams())

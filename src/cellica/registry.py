@@ -1,0 +1,182 @@
+"""The registry: every list of names the pipeline knows, defined once and torch-free.
+
+* **Variants** (:data:`VARIANTS`): name, what it does, the estimator class, the parameters
+  its result depends on, whether it is re-fit per evaluation seed, and its role (one of the
+  paper's four, or a comparator). The schema's choices, the CLI, the DAG (each variant's rule
+  receives only the parameters it uses), :func:`cellica.transform.make_transform`, the report's
+  order, the docs' table, the benchmarks and the tests read it.
+* **Metrics** (:data:`METRICS`), by kind: per-gene (with the per-gene table's column),
+  activity, batch, map, truth, and the per-variant counts. The summary, the comparisons, the
+  claims, the report's rows and labels and the README's demo table read it.
+* **Comparisons and claims**: the paired comparisons (:data:`PAIRS`, every pair of the
+  paper's variants in the claimed order) and the paper's claims (:data:`CLAIMS`).
+
+Adding a variant is one :class:`Variant` entry here and its estimator class (a
+:class:`cellica.transform.base.Transform` subclass named by ``estimator``); everything else
+is derived (``tests/test_registry.py`` proves no other list of names exists).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+# ---------------------------------------------------------------------------- variants
+# Every variant splits the controls into fitting and held-back ones, and may standardise and
+# correct well positions first (cellica.transform.files).
+_SPLIT = ("fit_fraction", "seed", "batch_key", "standardize", "position_correction", "position_table")
+_PCA = _SPLIT + ("fit_on", "n_components", "eig_floor", "batch_correction", "batch_stage", "drop_constant",
+                 "outlier_cutoff")
+_ICA = ("ica_backend", "ica_fit_on", "ica_max_samples", "ica_max_iter", "ica_tol", "ica_device")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One transform variant."""
+
+    name: str
+    help: str
+    estimator: str  # the Transform subclass's name (cellica.transform.variants finds it)
+    uses: tuple[str, ...]  # TransformParams fields its result depends on
+    seeded: bool = False  # depends on rotation_seed: re-fit per evaluation seed
+    role: str = "paper"  # paper (the paper's four) or comparator
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("base", "the features unchanged (after the optional standardisation): the reference row", "Transform",
+            _SPLIT),
+    Variant("pca", "PCA whitening fit on the controls, centred on them; eigenvalue floor; per-batch handling by "
+            "`batch_correction`", "PCAWhitening", _PCA),
+    Variant("pca_ica", "`pca`, then the ICA rotation (fit on the whitened fit controls, where the whitening holds; "
+            "a fit set that is not white, e.g. `ica_fit_on: all`, is re-whitened first and that is logged)",
+            "PCAICA", _PCA + _ICA, seeded=True),
+    Variant("pca_rand", "`pca`, then a seeded Haar-random rotation: the control showing ICA's rotation matters",
+            "PCARandom", _PCA, seeded=True),
+    Variant("sphering", "ZCA whitening on the controls (pycytominer `Spherize`, the JUMP recipe)", "Sphering",
+            _SPLIT + ("drop_constant", "outlier_cutoff", "sphering_epsilon"), role="comparator"),
+    Variant("harmony", "harmonypy on the control-PCA scores, batch from `batch_key` (transductive: cannot map new "
+            "samples)", "Harmony", _PCA + ("harmony_theta", "harmony_max_iter"), seeded=True, role="comparator"),
+    Variant("combat", "scanpy's ComBat on the features (transductive)", "Combat",
+            _SPLIT + ("drop_constant", "outlier_cutoff"), role="comparator"),
+)}
+VARIANT_NAMES = tuple(VARIANTS)
+PAPER_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.role == "paper")
+
+
+def seeded_variants() -> list[str]:
+    """Variants whose result depends on the random seed (re-fit per evaluation seed)."""
+    return [name for name, v in VARIANTS.items() if v.seeded]
+
+
+def variants_markdown() -> str:
+    """The variant table of docs/configuration.md (written by ``cellica schema --docs``)."""
+    rows = ["| variant | what it does | estimator | role | re-fit per seed |", "|---|---|---|---|---|"]
+    rows += [f"| `{v.name}` | {v.help} | `{v.estimator}` | {v.role} | {'yes' if v.seeded else 'no'} |"
+             for v in VARIANTS.values()]
+    return "\n".join(rows)
+
+
+def variant_order(names) -> list[str]:
+    """Names in the registry's order (unknown names last, alphabetically)."""
+    order = list(VARIANTS)
+    return sorted(names, key=lambda v: (order.index(v) if v in order else len(order), v))
+
+
+# ----------------------------------------------------------------------------- metrics
+@dataclass(frozen=True)
+class Metric:
+    """One metric of a variant."""
+
+    name: str
+    label: str  # "{entity}" is replaced by what the perturbations are called
+    higher_is_better: bool | None  # None: no direction (e.g. the chance level)
+    kind: str  # gene, activity, batch, map, truth or count (KINDS)
+    column: str | None = None  # per-gene metrics: the per-gene table's column (mean over genes)
+    compared: bool = False  # paired differences between variants (bootstrap CI, Wilcoxon, Holm)
+    short: str = ""  # its row label in the README's demo table (none: not shown there)
+
+    def text(self, entity: str = "gene") -> str:
+        """The label with the entity's name (upper case first when the label starts with it)."""
+        text = self.label.format(entity=entity)
+        return sentence(text) if self.label.startswith("{entity}") else text  # "mAP" stays "mAP"
+
+
+def sentence(text: str) -> str:
+    """``text`` with its first letter upper case and the rest as written (unlike ``str.capitalize``)."""
+    return text[:1].upper() + text[1:]
+
+
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric("auroc_heldout", "AUROC, held-out batches ({entity}s evaluated on held-out batches)", True, "gene",
+           "auroc_mean", compared=True, short="AUROC, held-out batches"),
+    Metric("auroc_random_split", "AUROC, random split ({entity}s seen in one batch only)", True, "gene",
+           "auroc_mean"),
+    Metric("auroc_within", "AUROC, within batch (random split)", True, "gene", "auroc_within",
+           short="AUROC, within batch"),
+    Metric("sparsity", "Hoyer sparsity of importances", True, "gene", "sparsity", compared=True,
+           short="Hoyer sparsity"),
+    Metric("concentration", "Concentration in top 25%", True, "gene", "concentration", compared=True,
+           short="concentration (top 25%)"),
+    Metric("map_mean", "mAP vs controls", True, "activity"),
+    Metric("active_fraction", "Fraction of perturbations active (FDR 5%)", True, "activity"),
+    Metric("batch_accuracy", "Batch classifier balanced accuracy, logistic (controls)", False, "batch",
+           short="batch accuracy, logistic"),
+    Metric("batch_accuracy_lgbm", "Batch classifier balanced accuracy, LightGBM (controls)", False, "batch",
+           short="batch accuracy, LightGBM"),
+    Metric("chance_accuracy", "... chance level", None, "batch", short="... chance"),
+    Metric("silhouette", "Batch silhouette (controls)", False, "batch"),
+    Metric("knn_mixing", "kNN batch mixing (1 = mixed)", True, "batch", short="kNN batch mixing"),
+    Metric("recall", "{entity} map: recall of known relationships (all sources)", True, "map"),
+    Metric("recall_null", "... recall expected by chance", None, "map"),
+    Metric("guide_consistent_fraction", "{entity} map: {entity}s whose replicates agree (guides, else wells; "
+           "FDR 5%)", True, "map"),
+    Metric("truth_mcc", "Ground truth: MCC features vs true factors", True, "truth", short="ground truth: MCC"),
+    Metric("truth_infom", "Ground truth: InfoM (modularity)", True, "truth", short="ground truth: InfoM"),
+    Metric("truth_infoe", "Ground truth: InfoE (explicitness)", True, "truth"),
+    Metric("truth_infoc", "Ground truth: InfoC (compactness)", True, "truth"),
+    Metric("truth_factor_r2", "Ground truth: factor probe R^2", True, "truth"),
+    Metric("truth_batch_r2", "Ground truth: batch-parameter probe R^2 (technical signal left)", False, "truth",
+           short="batch-parameter probe R^2"),
+    # Per-variant counts (the summary's "count" rows).
+    Metric("n_genes", "{entity}s evaluated", None, "count"),
+    Metric("n_genes_heldout", "... on held-out batches", None, "count"),
+    Metric("n_genes_random_split", "... on a random split (one batch only)", None, "count"),
+    Metric("n_genes_no_split", "... whose classifiers made no split (AUROC 0.5 by construction)", None, "count"),
+    Metric("n_genes_skipped", "{entity}s skipped (too few samples)", None, "count"),
+    Metric("n_features", "features", None, "count"),
+)}
+KINDS = ("gene", "activity", "batch", "map", "truth", "count")
+GENE_METRICS = {name: m for name, m in METRICS.items() if m.column}
+COMPARED_METRICS = tuple(name for name, m in METRICS.items() if m.compared)
+
+
+def metrics_of(*kinds: str) -> tuple[str, ...]:
+    """The metrics of the given kinds, in the registry's order."""
+    return tuple(name for name, m in METRICS.items() if m.kind in kinds)
+
+
+# -------------------------------------------------------------------- comparisons and claims
+# The paper's variants in the order its claims rank them; every pair of them is compared.
+CLAIMED_ORDER = ("pca_ica", "pca", "pca_rand", "base")
+PAIRS = list(combinations(CLAIMED_ORDER, 2))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One of the paper's claims: every (metric, better, worse) comparison must go that way."""
+
+    name: str
+    parts: tuple[tuple[str, str, str], ...]
+
+
+CLAIMS = (
+    Claim("AUROC (held-out batches): PCA+ICA > PCA > PCA+Rand, Base",
+          (("auroc_heldout", "pca_ica", "pca"), ("auroc_heldout", "pca", "pca_rand"), ("auroc_heldout", "pca", "base"))),
+    Claim("Sparsity: PCA+ICA highest",
+          (("sparsity", "pca_ica", "pca"), ("sparsity", "pca_ica", "pca_rand"), ("sparsity", "pca_ica", "base"))),
+    Claim("Concentration: Base < PCA+Rand < PCA < PCA+ICA",
+          (("concentration", "pca_rand", "base"), ("concentration", "pca", "pca_rand"),
+           ("concentration", "pca_ica", "pca"))),
+)
+BATCH_CLAIM = "Batch signal removed: batch classifiers on controls less accurate on PCA+ICA than on Base"
+RECALL_CLAIM = "Known relationships: PCA+ICA's {entity} map recalls more known pairs than PCA's and PCA+Rand's"

@@ -1,0 +1,156 @@
+"""One registry: every list of variant, metric or claim names is cellica.registry's, and
+adding a variant is one registry entry plus its estimator class."""
+
+import ast
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cellica import registry
+from cellica.registry import METRICS, VARIANTS
+from tests.conftest import REPO
+
+REGISTRY = REPO / "src" / "cellica" / "registry.py"
+NAMES = {"variant": set(VARIANTS), "metric": set(METRICS) - {"recall", "sparsity", "concentration"}}
+# Three variants make a list to keep in step; metrics are chosen for a table by the handful,
+# so a longer list (a kind) is what must come from the registry.
+LEAST = {"variant": 3, "metric": 5}
+QUOTED = re.compile(r"""["']([a-z_0-9]+)["']""")
+
+
+def _literals(tree: ast.AST):
+    """(line, strings) of every list, tuple and set literal, and of every dict literal that maps
+    names to text (a label table); a dict computing values under metric names is a producer."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            elts = node.elts
+        elif isinstance(node, ast.Dict) and all(isinstance(v, ast.Constant) and isinstance(v.value, str)
+                                                for v in node.values):
+            elts = [k for k in node.keys if k is not None]
+        else:
+            continue
+        yield node.lineno, {e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+
+
+def _sources():
+    for folder in ("src", "benchmarks", "workflow", "tests"):
+        for path in sorted((REPO / folder).rglob("*")):
+            if path.suffix in (".py", ".smk") and path != REGISTRY:
+                yield path
+
+
+def test_no_list_of_names_outside_the_registry():
+    """Any literal naming three or more variants (or metrics) is a second list to keep in step:
+    code, workflow, benchmarks and tests derive theirs from cellica.registry."""
+    found = []
+    for path in _sources():
+        text = path.read_text()
+        if path.suffix == ".py":
+            literals = _literals(ast.parse(text))
+        else:  # Snakemake files: bracketed lists of quoted names
+            literals = ((text[:m.start()].count("\n") + 1, set(QUOTED.findall(m.group())))
+                        for m in re.finditer(r"[\[(][^\[\]()]*[\])]", text))
+        for line, strings in literals:
+            for kind, names in NAMES.items():
+                if len(strings & names) >= LEAST[kind]:
+                    found.append(f"{path.relative_to(REPO)}:{line}: {kind}s {sorted(strings & names)}")
+    assert not found, "lists of names outside cellica.registry:\n" + "\n".join(found)
+
+
+def test_the_registry_is_consistent():
+    """Every claim and comparison names registered variants and compared metrics; every
+    variant's estimator exists and its parameters are TransformParams fields; every kind is known."""
+    import dataclasses
+
+    from cellica.transform.params import TransformParams
+    from cellica.transform.variants import estimator_class
+
+    fields = {f.name for f in dataclasses.fields(TransformParams)}
+    for v in VARIANTS.values():
+        assert estimator_class(v.estimator) and set(v.uses) <= fields, v.name
+        assert v.role in ("paper", "comparator")
+    assert registry.PAPER_VARIANTS == registry.CLAIMED_ORDER[::-1] or set(registry.PAPER_VARIANTS) == \
+        set(registry.CLAIMED_ORDER)
+    assert len(registry.PAIRS) == 6 and registry.PAIRS[0] == ("pca_ica", "pca")
+    for claim in registry.CLAIMS:
+        for metric, better, worse in claim.parts:
+            assert metric in registry.COMPARED_METRICS and {better, worse} <= set(VARIANTS)
+    assert {m.kind for m in METRICS.values()} <= set(registry.KINDS)
+    assert all(m.column for m in METRICS.values() if m.kind == "gene")
+
+
+def test_the_summary_s_rows_are_the_registry_s_metrics(tmp_path):
+    """What the evaluation writes is what the registry lists: every per-variant metric and count
+    of a summary is registered (nothing is shown under a name the registry lacks)."""
+    from cellica.evaluate.summary import summary_table
+    from tests.test_compare import _per_gene
+
+    rng = np.random.default_rng(0)
+    per_gene = _per_gene({v: rng.uniform(0.5, 0.9, 6) for v in registry.PAPER_VARIANTS})
+    import pandas as pd
+
+    batch = pd.DataFrame({"variant": list(registry.PAPER_VARIANTS), "n_controls": 10, "n_batches": 2,
+                          **{m: 0.5 for m in registry.metrics_of("batch", "truth")}})
+    activity = pd.DataFrame({"variant": list(registry.PAPER_VARIANTS), "perturbation": "g", "map": 0.5,
+                             "p_value": 0.1, "p_value_fdr": 0.1, "significant": False})
+    s = summary_table(per_gene, batch, activity, n_boot=50)
+    shown = set(s.loc[s["table"] == "per_variant", "metric"])
+    assert shown <= set(METRICS), shown - set(METRICS)
+    assert set(registry.metrics_of("batch", "truth")) <= shown
+
+
+def test_a_new_variant_is_one_registry_entry_and_one_class(monkeypatch):
+    """A dummy variant ("pca_sign": PCA whitening with every component's sign flipped) is added
+    by touching two places: its estimator class and its registry entry. The estimator lookup,
+    the seeded list, the DAG's parameters and the report's order follow; the schema's choices
+    and the docs' table are derived from the registry when they are generated."""
+    import anndata as ad
+    import pandas as pd
+
+    from cellica.config import config_schema
+    from cellica.transform.pca import PCAWhitening
+    from cellica.transform.variants import make_transform
+
+    class PCASign(PCAWhitening):  # place 1: the estimator
+        variant = "pca_sign"
+
+        def _apply_block(self, x, obs, ctx):
+            return -super()._apply_block(x, obs, ctx)
+
+    entry = replace(VARIANTS["pca"], name="pca_sign", help="PCA whitening, signs flipped", estimator="PCASign",
+                    role="comparator", seeded=True)
+    monkeypatch.setitem(VARIANTS, "pca_sign", entry)  # place 2: the registry entry
+    rng = np.random.default_rng(0)
+    obs = pd.DataFrame({"batch": ["B1", "B2"] * 40, "perturbation": ["ctrl"] * 60 + ["g"] * 20,
+                        "is_control": [True] * 60 + [False] * 20, "plate": "P", "well": "W"},
+                       index=[f"t{i}" for i in range(80)])
+    adata = ad.AnnData(rng.normal(size=(80, 5)).astype(np.float32), obs=obs)
+    flipped, plain = make_transform("pca_sign").fit_transform(adata), make_transform("pca").fit_transform(adata)
+    assert isinstance(make_transform("pca_sign"), PCASign)
+    np.testing.assert_array_equal(np.asarray(flipped.X), -np.asarray(plain.X))
+    assert "pca_sign" in registry.seeded_variants()
+    assert registry.variant_order(["pca_sign", "base", "combat"]) == ["base", "combat", "pca_sign"]
+    assert "`pca_sign` | PCA whitening, signs flipped | `PCASign`" in registry.variants_markdown()
+    schema = config_schema()["properties"]["transform"]["properties"]["variants"]
+    assert schema["items"]["enum"] == list(registry.VARIANT_NAMES)  # derived (from the registry at import)
+
+
+def test_an_unknown_estimator_is_named():
+    from cellica.core.errors import CellicaError
+    from cellica.transform.variants import estimator_class
+
+    with pytest.raises(CellicaError, match="no Transform subclass has that name"):
+        estimator_class("NoSuchTransform")
+
+
+def test_docs_variant_table_is_the_registry_s():
+    """docs/configuration.md's variant table is written from the registry (`cellica schema --docs`)."""
+    from cellica.registry import variants_markdown
+
+    text = (REPO / "docs" / "configuration.md").read_text()
+    block = text.split("<!-- variants:start -->")[1].split("<!-- variants:end -->")[0]
+    assert variants_markdown().strip() in block
+    assert Path(REPO / "docs" / "stages.md").read_text().count("| `pca_ica` |") == 0
