@@ -28,9 +28,6 @@ relationships, every pair of different compounds with the same MoA (from the tab
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 from _docs import DOCS, markdown, write_block
 
+from cellica.launch import run_snakemake
 from cellica.registry import CLAIMED_ORDER, variant_order
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,13 +45,9 @@ MODES = ("shared", "independent")
 def run(workdir: Path, mode: str, configfile: Path = REPO / "config" / "config.yaml",
         results: str = "results") -> Path:
     """The DAG up to the recall table (``simulate.complexes: mode`` for the demo); returns its maps folder."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     override = ["--config", f"simulate={{complexes: {mode}}}"] if mode in MODES else []
-    cmd = [shutil.which("snakemake", path=env["PATH"]), "--snakefile", str(REPO / "Snakefile"), "--directory",
-           str(workdir), "--configfile", str(configfile), "--cores", "2", *override, "--",
-           f"{results}/maps/recall.parquet"]
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    done = run_snakemake(*override, "--", f"{results}/maps/recall.parquet", directory=workdir, configfile=configfile)
     if done.returncode:
         sys.exit(f"snakemake failed ({mode}):\n{done.stderr[-3000:]}")
     print(f"{mode}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)

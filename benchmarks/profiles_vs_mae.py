@@ -19,9 +19,9 @@ from pathlib import Path
 import pandas as pd
 from _docs import DOCS, markdown, write_block
 
+from cellica.core.jobtimes import benchmark_jobs
 from cellica.registry import METRICS as REGISTRY_METRICS
 from cellica.registry import PAPER_VARIANTS
-from cellica.report.content import benchmark_jobs
 
 # Metrics and variants as the registry names them (a misspelt name would select nothing).
 METRICS = ["auroc_heldout", "sparsity", "concentration", "batch_accuracy_lgbm", "recall", "truth_factor_r2"]

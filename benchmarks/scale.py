@@ -42,8 +42,6 @@ from __future__ import annotations
 import argparse
 import math
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -52,8 +50,9 @@ import pandas as pd
 import yaml
 from _docs import DOCS, markdown, write_block
 
+from cellica.core.jobtimes import benchmark_jobs
+from cellica.launch import run_snakemake
 from cellica.registry import PAPER_VARIANTS
-from cellica.report.content import benchmark_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = list(PAPER_VARIANTS)
@@ -125,10 +124,7 @@ def write_config(point: Path, table: Path, genes: int, chunks: int, evaluate: di
 
 def snakemake(config: Path, cores: int, targets: list[str], log: Path) -> float:
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(REPO),
-           "--configfile", str(config), "--cores", str(cores), "--rerun-incomplete", *targets]
-    with open(log, "a") as fh:
-        done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
+    done = run_snakemake("--rerun-incomplete", *targets, directory=REPO, configfile=config, cores=cores, log=log)
     if done.returncode:
         raise SystemExit(f"snakemake failed ({done.returncode}): see {log}")
     return time.perf_counter() - t0

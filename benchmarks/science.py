@@ -29,10 +29,8 @@ with the seed noise beside them. Nothing is tuned to make a claim hold.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -41,6 +39,7 @@ import pandas as pd
 import yaml
 from _variants import evaluate_variants, variant_text
 
+from cellica.launch import environment, snakemake_command
 from cellica.registry import GENE_METRICS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,12 +53,9 @@ def run_dag(config: dict, out: Path, target: str | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    exe = shutil.which("snakemake", path=env["PATH"])
-    cmd = [exe, *([target] if target else []), "--snakefile", str(REPO / "Snakefile"), "--directory", str(REPO),
-           "--cores", "2", "--configfile", str(cfg_path), "--quiet", "rules"]
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env)
+    subprocess.run(snakemake_command(*([target] if target else []), "--quiet", "rules", directory=REPO,
+                                     configfile=cfg_path), check=True, env=environment())
     print(f"  {out}: {time.perf_counter() - t0:.0f} s", flush=True)
     return Path(config["results_dir"])
 

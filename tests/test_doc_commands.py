@@ -9,16 +9,15 @@ script and only its flags.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cellica.launch import environment
 from tests.conftest import REPO, TINY_SIM
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -54,8 +53,7 @@ INLINE_NOT_RUN = {
 
 
 def _environment() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-            "TQDM_DISABLE": "1"}
+    return environment({"TQDM_DISABLE": "1"})
 
 
 def _run(command: str, cwd: Path) -> subprocess.CompletedProcess:

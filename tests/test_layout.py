@@ -1,6 +1,7 @@
 """The package's layout is the DAG: stage packages whose imports only point down.
 
-core <- store <- embed <- transform <- identify <- evaluate <- report <- config <- cli.
+core, registry <- store <- embed <- transform <- identify <- evaluate <- maps <- report <- config
+<- plan, launch <- cli.
 No stage imports another's private names; only ``embed`` imports timm, only ``store``
 imports zarr; modules and functions stay small enough to read.
 """
@@ -13,8 +14,8 @@ import pytest
 from tests.conftest import REPO
 
 PKG = REPO / "src" / "cellica"
-RANK = {"core": 0, "store": 1, "embed": 2, "transform": 3, "identify": 4, "evaluate": 5, "maps": 6, "report": 7,
-        "config": 8, "cli": 9}
+RANK = {"core": 0, "registry": 0, "store": 1, "embed": 2, "transform": 3, "identify": 4, "evaluate": 5, "maps": 6,
+        "report": 7, "config": 8, "plan": 9, "launch": 9, "cli": 10}
 MODULES = sorted(PKG.rglob("*.py"))
 
 

@@ -1,9 +1,7 @@
 """End-to-end: the real Snakefile on a tiny config, in a scratch working directory."""
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +10,7 @@ import pytest
 import yaml
 
 from cellica.core.names import safe_filename
+from cellica.launch import run_snakemake
 from cellica.registry import COMPARED_METRICS, PAPER_VARIANTS, metrics_of
 from cellica.store.tilestore import TileStore
 from tests.conftest import REPO
@@ -22,12 +21,7 @@ TINY = REPO / "tests" / "configs" / "tiny.yaml"
 
 
 def snakemake(workdir: Path, *args: str, configfile: Path = TINY, env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, **(env or {}), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    exe = shutil.which("snakemake", path=env["PATH"])
-    assert exe, "snakemake is not installed next to this Python"
-    cmd = [exe, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(configfile), *(() if "--cores" in args else ("--cores", "2")), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    return run_snakemake(*args, directory=workdir, configfile=configfile, env=env, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -247,9 +241,7 @@ def test_unknown_config_key_fails_before_running(tmp_path):
 
 
 def test_lint_is_clean():
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    run = subprocess.run([shutil.which("snakemake", path=env["PATH"]), "--lint", "--snakefile", str(REPO / "Snakefile"),
-                          "--configfile", str(TINY)], capture_output=True, text=True, env=env, cwd=REPO)
+    run = run_snakemake("--lint", directory=REPO, configfile=TINY, cores=None)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Lints for" not in run.stdout + run.stderr
 

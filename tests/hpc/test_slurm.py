@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from cellica.launch import run_snakemake
 from cellica.registry import PAPER_VARIANTS
 from tests.conftest import REPO
 
@@ -28,10 +29,6 @@ pytestmark = [pytest.mark.hpc, pytest.mark.e2e]
 CLUSTER = REPO / "tests" / "hpc" / "cluster.sh"
 PROFILE = REPO / "workflow" / "profiles" / "slurm" / "config.yaml"
 VARIANTS = list(PAPER_VARIANTS[:3])
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +82,8 @@ def node_profile(tmp: Path, partition: str, account: str | None = "cellica") -> 
 
 
 def snakemake(workdir: Path, config: Path, *args: str, profile: Path | None = None, popen: bool = False):
-    exe = shutil.which("snakemake", path=_env()["PATH"])
-    cmd = [exe, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile", str(config)]
-    cmd += ["--workflow-profile", str(profile)] if profile else ["--cores", "2"]
-    cmd += list(args)
-    if popen:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
-    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=900)
+    return run_snakemake(*args, directory=workdir, configfile=config, profile=profile, cores=None if profile else 2,
+                         popen=popen, timeout=None if popen else 900)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@
 
 rule align_seeds:
     input:
-        expand(EMB_OF, model=[f"seed{s}" for s in config["stability"]["seeds"]]),
+        PLAN.stability_embeddings(),
     output:
         report(ALIGNMENT, category="2. Evaluation", caption="../report/alignment.rst"),
     log:

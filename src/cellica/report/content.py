@@ -1,6 +1,5 @@
 """What the report pages show, apart from their layout: the metric rows and their
-labels, number formats, stage times from Snakemake's benchmark files, transform
-diagnostics, what a perturbation is called.
+labels, number formats, transform diagnostics.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from cellica.core.logs import get_logger
 from cellica.registry import METRICS, variant_order
@@ -90,52 +88,6 @@ def _fmt(v: Any) -> str:
 def _with_ci(value: float, lo: float, hi: float) -> str:
     text = _fmt(value)
     return f"{text} [{_fmt(lo)}, {_fmt(hi)}]" if np.isfinite(lo) and np.isfinite(hi) else text
-
-
-def entity_label(source: str, column_map: dict[str, str] | None = None) -> str:
-    """What the perturbations are called on the pages: ``gene`` for simulated screens, the
-    mapped column's name for imported profiles (``Metadata_moa`` -> ``MoA``, ``compound``),
-    else ``perturbation``."""
-    if source == "simulate":
-        return "gene"
-    column = (column_map or {}).get("perturbation", "")
-    name = str(column).removeprefix("Metadata_").strip("_ ").lower()
-    if source != "features" or not name or name == "perturbation":
-        return "perturbation"
-    return {"moa": "MoA"}.get(name, name)
-
-
-def benchmark_jobs(bench_dir: Path | None) -> pd.DataFrame:
-    """One row per job from Snakemake's ``benchmark:`` files: step (the rule's folder or file
-    name), job (its path without suffix), wall seconds, CPU seconds and peak RSS (MB)."""
-    rows = []
-    if bench_dir and bench_dir.is_dir():
-        for tsv in sorted(bench_dir.rglob("*.tsv")):
-            t = pd.read_csv(tsv, sep="\t")
-            rel = tsv.relative_to(bench_dir).with_suffix("")
-            rows.append({"step": rel.parts[0] if len(rel.parts) > 1 else rel.name, "job": rel.as_posix(),
-                         "seconds": float(t["s"].iloc[0]),
-                         "cpu_seconds": float(t["cpu_time"].iloc[0]) if "cpu_time" in t else float("nan"),
-                         "max_rss_mb": float(t["max_rss"].iloc[0]) if "max_rss" in t else float("nan")})
-    return pd.DataFrame(rows, columns=["step", "job", "seconds", "cpu_seconds", "max_rss_mb"])
-
-
-def stage_times(bench_dir: Path | None) -> pd.DataFrame:
-    """Per rule (:func:`benchmark_jobs` summed): jobs, summed and longest wall time, summed CPU
-    time and the largest peak memory of any one job (what a cluster request needs)."""
-    jobs = benchmark_jobs(bench_dir)
-    table = jobs.groupby("step", sort=False).agg(
-        jobs=("seconds", "size"), seconds=("seconds", "sum"), longest=("seconds", "max"),
-        cpu_seconds=("cpu_seconds", "sum"), max_rss_mb=("max_rss_mb", "max")).reset_index()
-    return table[["step", "jobs", "seconds", "longest", "cpu_seconds", "max_rss_mb"]]
-
-
-def times_text(bench_dir: Path | None) -> str:
-    """:func:`stage_times` as aligned text (the end of a run's log)."""
-    t = stage_times(bench_dir)
-    if t.empty:
-        return "no benchmark files"
-    return t.to_string(index=False, float_format=lambda v: f"{v:.1f}")
 
 
 def transform_diagnostics(features: dict[str, Path]) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ import pandas as pd
 from cellica import __version__
 from cellica.core.atomic import atomic_output, read_parquet
 from cellica.core.errors import CellicaError
+from cellica.core.jobtimes import stage_times
 from cellica.core.logs import get_logger, progress
 from cellica.core.names import safe_filename
 from cellica.evaluate.genes import gene_chunk, mean_roc
@@ -36,7 +37,6 @@ from cellica.report.content import (
     _png_uri,
     _with_ci,
     split_words,
-    stage_times,
     transform_diagnostics,
 )
 from cellica.report.paging import INDEX_COLUMNS, gene_rows, page_links, write_gene_index
