@@ -133,7 +133,8 @@ def test_inline_benchmark_commands_name_real_scripts_and_flags():
 def test_the_ci_script_runs_the_readme_install_and_test_line():
     """CI installs and tests exactly as the README says (its `# not in CI` line is CI)."""
     readme = (REPO / "README.md").read_text()
-    install = re.search(r"python3 -m venv \.venv && [^\n]*&& pytest", readme).group(0)
+    install = re.search(r"python3 -m venv \.venv && [^\n#]*&& pytest[^\n#]*", readme).group(0).strip()
+    assert 'pytest -m "not e2e"' in install and 'pytest -m "e2e and not hpc"' in install  # the tiers
     assert install in (REPO / ".ci" / "run").read_text().replace('-q ', '')
     assert shutil.which("snakemake", path=_environment()["PATH"])
 

@@ -124,15 +124,31 @@ def test_thousand_genes_index_stays_small(eval_outputs, tmp_path):
 
 
 def test_render_index_in_headless_chromium(eval_outputs, tmp_path):
+    """What a browser shows: the table script ran (its count names every gene and entity), the rows
+    it drew are the table's genes, and the painted page carries the charts' variant colours."""
+    from PIL import Image
+
+    from cellica.report.svg import PALETTE
+
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         pytest.skip("Debian's chromium is not installed here")
     index = build_report(eval_outputs, tmp_path / "reports")
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--no-first-run", f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1280,2400"]
+    dom = subprocess.run([*flags, "--dump-dom", index.as_uri()], check=True, capture_output=True, text=True,
+                         timeout=120).stdout
+    genes = pd.read_parquet(eval_outputs.per_gene["base"])["gene"].unique()
+    assert f'id="count">{len(genes)} of {len(genes)} genes</span>' in dom  # written by the page's script
+    body = dom.split('<table id="genes">')[1].split("</table>")[0].split("<tbody>")[1]
+    assert body.count("<tr") == len(genes)
     shot = tmp_path / "index.png"
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                    "--no-first-run", f"--user-data-dir={tmp_path / 'chrome'}", f"--screenshot={shot}",
-                    "--window-size=1280,900", index.as_uri()], check=True, capture_output=True, timeout=120)
-    assert shot.stat().st_size > 10_000
+    subprocess.run([*flags, f"--screenshot={shot}", index.as_uri()], check=True, capture_output=True, timeout=120)
+    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
+    colours = {tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in PALETTE[:2]}  # base and pca bars
+    painted = {tuple(p) for p in np.unique(pixels, axis=0)}
+    assert colours <= painted, "the variants' bars were not painted"
+    assert (pixels != 255).any(axis=1).mean() > 0.02  # not a blank page
 
 
 def test_pages_show_one_seed_of_a_multi_seed_run(eval_outputs, tmp_path):
