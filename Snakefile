@@ -20,6 +20,7 @@ include: "workflow/rules/embed.smk"
 include: "workflow/rules/transform.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/maps.smk"
+include: "workflow/rules/qc.smk"
 include: "workflow/rules/report.smk"
 
 

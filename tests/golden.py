@@ -21,41 +21,46 @@ TEXT_COLUMNS = {"detail", "notes", "no_split_reason", "note", "a", "b"}
 LIBRARIES = ("numpy", "scipy", "scikit-learn", "lightgbm", "torch", "timm", "anndata", "pandas", "scanpy")
 
 
-def _frame(df: pd.DataFrame, h) -> None:
-    for name in df.columns:
-        if name in TEXT_COLUMNS:
-            continue
-        values = df[name]
-        h.update(str(name).encode() + b"\0")
-        kind = values.dtype.kind if not isinstance(values.dtype, pd.CategoricalDtype) else "O"
-        if kind in "biuf":
-            h.update(np.ascontiguousarray(values.to_numpy()).tobytes())
-        else:
-            h.update("\x1f".join(map(str, values.tolist())).encode())
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
-def digest(path: Path) -> str:
-    """sha256 of one file's numbers (parquet, h5ad, npz)."""
-    h = hashlib.sha256()
+def _column(values: pd.Series) -> str:
+    kind = values.dtype.kind if not isinstance(values.dtype, pd.CategoricalDtype) else "O"
+    if kind in "biuf":
+        return _sha(np.ascontiguousarray(values.to_numpy()).tobytes())
+    return _sha("\x1f".join(map(str, values.tolist())).encode())
+
+
+def _frame(df: pd.DataFrame, prefix: str = "") -> dict[str, str]:
+    """One digest per column (free text left out), and the columns' order."""
+    kept = [c for c in df.columns if c not in TEXT_COLUMNS]
+    out = {f"{prefix}{c}": _column(df[c]) for c in kept}
+    out[f"{prefix}(columns)"] = "\x1f".join(map(str, kept))
+    return out
+
+
+def digest(path: Path) -> dict[str, str]:
+    """The numbers of one file (parquet, h5ad, npz), a digest per part: a parquet's columns;
+    an .h5ad's matrix, row and feature names and each obs/var column; an .npz's arrays. A part
+    added later (a new column) shows as an addition, not as every number changed."""
     if path.suffix == ".parquet":
-        _frame(pd.read_parquet(path), h)
-    elif path.suffix == ".h5ad":
+        return _frame(pd.read_parquet(path))
+    if path.suffix == ".h5ad":
         import anndata as ad
 
         a = ad.read_h5ad(path)
-        h.update(np.ascontiguousarray(np.asarray(a.X)).tobytes())
-        for frame in (a.obs, a.var):
-            h.update("\x1f".join(map(str, frame.index)).encode())
-            _frame(frame, h)
-    elif path.suffix == ".npz":
-        with np.load(path) as z:
-            for name in sorted(z.files):
-                if name != "__meta__":  # provenance and fit seconds
-                    h.update(name.encode() + b"\0" + np.ascontiguousarray(z[name]).tobytes())
-    return h.hexdigest()
+        out = {"X": _sha(np.ascontiguousarray(np.asarray(a.X)).tobytes())}
+        for name, frame in (("obs", a.obs), ("var", a.var)):
+            out[f"{name}_names"] = _sha("\x1f".join(map(str, frame.index)).encode())
+            out.update(_frame(frame, f"{name}:"))
+        return out
+    with np.load(path) as z:  # .npz
+        return {name: _sha(np.ascontiguousarray(z[name]).tobytes()) for name in sorted(z.files)
+                if name != "__meta__"}  # provenance and fit seconds
 
 
-def digests(results: Path) -> dict[str, str]:
+def digests(results: Path) -> dict[str, dict[str, str]]:
     """Every table, features file, map and transform under ``results`` (the tile store's tiles
     are covered by its own manifest digest, ``zarr.json``'s generation)."""
     out = {}
@@ -64,8 +69,37 @@ def digests(results: Path) -> dict[str, str]:
             out[path.relative_to(results).as_posix()] = digest(path)
     store = results / "tiles.zarr" / "zarr.json"
     if store.is_file():
-        out["tiles.zarr/content_sha256"] = json.loads(store.read_text())["attributes"]["content_sha256"]
+        out["tiles.zarr"] = {"content_sha256": json.loads(store.read_text())["attributes"]["content_sha256"]}
     return out
+
+
+def compare(found: dict[str, dict[str, str]], recorded: dict[str, dict[str, str]],
+            additions: dict[str, set[str]]) -> list[str]:
+    """What differs between two :func:`digests`, one line each. ``additions`` names, per file
+    pattern (fnmatch), the parts a later version adds on purpose ("*": a whole new file); those
+    may appear, nothing else may, and every recorded part must be as recorded."""
+    from fnmatch import fnmatch
+
+    def added(file: str, part: str) -> bool:
+        return any(fnmatch(file, pattern) and (part in parts or "*" in parts) for pattern, parts in additions.items())
+
+    problems = [f"{f}: missing" for f in sorted(set(recorded) - set(found))]
+    for file, parts in sorted(found.items()):
+        old = recorded.get(file)
+        if old is None:
+            problems += [] if added(file, "*") else [f"{file}: a new file"]
+            continue
+        for part, value in parts.items():
+            if part.endswith("(columns)"):
+                kept = "\x1f".join(c for c in value.split("\x1f") if not added(file, c.split(":")[-1]))
+                if kept != old.get(part):
+                    problems.append(f"{file}: columns {kept.split(chr(31))} recorded as {old.get(part, '').split(chr(31))}")
+            elif part not in old:
+                problems += [] if added(file, part.split(":")[-1]) else [f"{file}: a new part {part}"]
+            elif old[part] != value:
+                problems.append(f"{file}: {part} changed")
+        problems += [f"{file}: {part} missing" for part in old if part not in parts]
+    return problems
 
 
 def versions() -> dict[str, str]:
@@ -77,4 +111,4 @@ def versions() -> dict[str, str]:
 if __name__ == "__main__":
     results, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.write_text(json.dumps({"versions": versions(), "digests": digests(results)}, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {out}: {len(digests(results))} files")
+    print(f"wrote {out}: {len(json.loads(out.read_text())['digests'])} files")

@@ -5,10 +5,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cellica.core.chunks import gene_chunk
 from cellica.core.errors import CellicaError
 from cellica.evaluate.batch import batch_metrics, phenotypic_activity
 from cellica.evaluate.classifiers import bin_levels, quantise
-from cellica.evaluate.genes import evaluate_genes, gene_chunk, mean_roc
+from cellica.evaluate.genes import evaluate_genes
+from cellica.evaluate.metrics import mean_roc
 from cellica.evaluate.params import EvalParams
 
 FAST = EvalParams(n_trees=20, min_data_in_leaf=5, map_null_size=200)
@@ -138,6 +140,7 @@ def test_fold_roc_curves_average_to_the_table_auroc():
         assert len(curves) == row.n_folds
         fpr, tpr = mean_roc(curves)
         assert np.trapezoid(tpr, fpr) == pytest.approx(row.auroc_mean, abs=0.03)
+        assert json.loads(row.roc_mean) == [fpr.tolist(), tpr.tolist()]  # stored: the report only draws it
 
 
 def test_quantise_codes_at_control_quantiles():

@@ -153,6 +153,9 @@ def stage_case(stage: str, inp: str, w: Path) -> tuple[list, Path, Path, str]:
         ("report", "--summary"): (["report", "--summary", w / "summary.parquet", "--per-gene", w / "pg.parquet",
                                    "--importances", w / "imp.parquet", "--index-only", "--out", "{out}"],
                                   w / "summary.parquet", w / "rep"),
+        **{("qc", opt): (["qc", "--features", w / "base.h5ad", w / "pca.h5ad", "--store", w / "tiles.zarr", "--out",
+                          "{out}"], target, w / "qc") for opt, target in (("--features", w / "pca.h5ad"),
+                                                                          ("--store", w / "tiles.zarr"))},
         ("ingest", "--manifest"): (["ingest", "--manifest", w / "manifest.csv", "--out", "{out}", *files],
                                    w / "manifest.csv", w / "s.zarr"),
         ("ingest", "image files"): (["ingest", "--manifest", w / "manifest.csv", "--out", "{out}", *files],
@@ -363,6 +366,13 @@ def _check_result(stage: str, kind: str, victim: Path, out: Path, other: Path) -
 
         direct = Transform.load(other).transform(read_h5ad(out.parent / "emb.h5ad"))
         np.testing.assert_array_equal(read_h5ad(out).X, direct.X)
+    elif stage == "qc":  # B's features: B's wells placed, exactly as the library places them
+        from cellica.qc.files import read_qc
+        from cellica.qc.layout import well_layouts
+
+        found = read_qc(sorted(Path(out).glob("*.parquet")))["well_layouts"]
+        direct = well_layouts({"base": out.parent / "base.h5ad", "pca": victim})
+        pd.testing.assert_frame_equal(found.reset_index(drop=True), direct.reset_index(drop=True), check_dtype=False)
     elif stage == "gene-map":
         import json
 

@@ -1,6 +1,6 @@
 """The package's layout is the DAG: stage packages whose imports only point down.
 
-core, registry <- store <- embed <- transform <- identify <- evaluate <- maps <- report <- config
+core, registry <- store <- embed <- transform <- identify <- evaluate <- maps, qc <- report <- config
 <- plan, launch <- cli.
 No stage imports another's private names; only ``embed`` imports timm, only ``store``
 imports zarr; modules and functions stay small enough to read.
@@ -15,7 +15,7 @@ from tests.conftest import REPO
 
 PKG = REPO / "src" / "cellica"
 RANK = {"core": 0, "registry": 0, "store": 1, "embed": 2, "transform": 3, "identify": 4, "evaluate": 5, "maps": 6,
-        "report": 7, "config": 8, "plan": 9, "launch": 9, "cli": 10}
+        "qc": 6, "report": 7, "config": 8, "plan": 9, "launch": 9, "cli": 10}
 MODULES = sorted(PKG.rglob("*.py"))
 
 
@@ -65,3 +65,20 @@ def test_modules_and_functions_stay_small():
             if isinstance(node, ast.FunctionDef):
                 size = node.end_lineno - node.lineno + 1
                 assert size <= 80, f"{path.relative_to(PKG)}:{node.name}: {size} lines"
+
+
+# What the report may take from other stages: their file readers, nothing that computes.
+REPORT_READS = {"cellica.store.tilestore": {"TileStore"}, "cellica.qc.files": {"read_qc"}}
+
+
+def test_the_report_only_draws():
+    """The report imports the core, the registry and itself, plus the stages' file readers
+    (the tile store for example tiles, the qc tables): every number it shows was computed by
+    the stage that wrote the table."""
+    for path in sorted((PKG / "report").rglob("*.py")):
+        for module, names in _imports(path):
+            stage = _stage(module)
+            if stage is None or stage in ("core", "registry", "report"):
+                continue
+            allowed = REPORT_READS.get(module, set())
+            assert set(names) <= allowed and allowed, f"report/{path.name} imports {names} from {module}"

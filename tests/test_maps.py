@@ -219,27 +219,49 @@ def test_summary_rows_of_the_maps_with_a_wilson_interval():
 
 # ------------------------------------------------------------------ report figures
 def test_report_figures_umap_per_map_and_plate_heatmaps(tmp_path):
+    from cellica.qc.layout import plate_wells, position_offsets
     from cellica.report.maps import map_umaps, plate_heatmaps
 
     data, _ = screen(n_genes=12)
     genes, _ = gene_map(data, FAST)
+    assert genes.uns["layout"]["method"] == "PC" and genes.obsm["X_layout"].shape == (12, 2)  # stored by the stage
     genes.obs_names = [f"<b>{g}" for g in genes.obs_names]  # names reach the SVG escaped
     genes.write_h5ad(tmp_path / "map.h5ad")
     umaps = map_umaps({"pca": tmp_path / "map.h5ad"})
     assert [u["variant"] for u in umaps] == ["pca"] and umaps[0]["svg"].count("<circle") == 12
-    data.write_h5ad(tmp_path / "f.h5ad")  # wells W000 ...: not plate positions
-    assert plate_heatmaps(tmp_path / "f.h5ad") == {"note": "well names are not plate positions (A01 ...): no plate "
-                                                           "heatmaps", "plates": []}
+    # wells W000 ...: not plate positions
+    assert plate_heatmaps(plate_wells(data.obs), position_offsets(data.X, data.obs)) == {
+        "note": "well names are not plate positions (A01 ...): no plate heatmaps", "plates": []}
     data.obs["well"] = [f"{'ABCD'[k % 4]}{k // 4 % 24 + 1:02d}" for k in pd.factorize(data.obs["well"])[0]]
-    data.write_h5ad(tmp_path / "f.h5ad")
-    layout = plate_heatmaps(tmp_path / "f.h5ad")
+    layout = plate_heatmaps(plate_wells(data.obs), position_offsets(data.X, data.obs))
     assert len(layout["plates"]) == 4 + 1 and all(svg.startswith("<svg") for svg in layout["plates"])
     assert "<b>" not in "".join(u["svg"] for u in umaps)
     assert "gene map PC" in umaps[0]["svg"]  # 12 genes: too few for UMAP's 15 neighbours
 
 
+def test_plate_tables_by_hand():
+    """Tiles per well and the controls' offset per position, on numbers small enough to check."""
+    from cellica.qc.layout import plate_wells, position_offsets
+
+    obs = pd.DataFrame({"plate": ["P1", "P1", "P1", "P2", "P2", "P2"], "well": ["A01", "A01", "B02", "A01", "B02", "C03"],
+                        "is_control": [True, True, True, True, True, False]})
+    x = np.array([[1.0, 0], [3, 0], [0, 4], [2, 2], [0, 0], [9, 9]])
+    wells = plate_wells(obs)
+    assert wells.to_dict("list") == {"plate": ["P1", "P1", "P2", "P2", "P2"], "row": ["A", "B", "A", "B", "C"],
+                                     "col": [1, 2, 1, 2, 3], "n_tiles": [2, 1, 1, 1, 1]}
+    off = position_offsets(x, obs).set_index(["row", "col"])
+    # P1's control mean (4/3, 4/3): A01's tiles sit at (-1/3, -4/3) and (5/3, -4/3), B02's at (-4/3, 8/3);
+    # P2's (1, 1): A01's at (1, 1), B02's at (-1, -1). The mean over a position's control tiles, then the norm.
+    np.testing.assert_allclose(off.loc[("A", 1), "offset"], np.hypot(7 / 9, -5 / 9))
+    np.testing.assert_allclose(off.loc[("B", 2), "offset"], np.hypot(-7 / 6, 5 / 6))
+    assert off["n_plates"].tolist() == [2, 2] and ("C", 3) not in off.index  # C03 holds no control
+    assert plate_wells(obs.assign(well="well-1")).attrs["note"].startswith("well names are not plate positions")
+
+
 def test_layout_2d_pcs_below_the_umap_floor_and_umap_above(tmp_path):
-    from cellica.report.maps import MIN_UMAP_POINTS, layout_2d, well_umaps
+    from cellica.core.layout2d import MIN_UMAP_POINTS, layout_2d
+    from cellica.qc.layout import well_layouts
+    from cellica.report.maps import well_umaps
 
     x = np.array([[-2.0, 0, 0], [2, 0, 0], [0, 1, 0], [0, -1, 0]]) + 5  # spread 2 along x, 1 along y
     xy, how = layout_2d(x)
@@ -247,21 +269,38 @@ def test_layout_2d_pcs_below_the_umap_floor_and_umap_above(tmp_path):
     assert layout_2d(np.ones((1, 4)))[0].shape == (1, 2)  # one point: a degenerate layout, not an error
     data, _ = screen(n_genes=8)  # 4 plates x 22 wells
     data.write_h5ad(tmp_path / "f.h5ad")
-    figures = well_umaps({"base": tmp_path / "f.h5ad", "pca": tmp_path / "f.h5ad"})
-    assert [f["variant"] for f in figures] == ["base", "pca"] and 4 * 22 >= MIN_UMAP_POINTS
+    table = well_layouts({"base": tmp_path / "f.h5ad", "pca": tmp_path / "f.h5ad"})
+    assert table.groupby("variant").size().to_dict() == {"base": 88, "pca": 88} and 88 >= MIN_UMAP_POINTS
+    assert set(table["method"]) == {"UMAP"}
+    base, pca = (table[table["variant"] == v][["x", "y"]].to_numpy() for v in ("base", "pca"))
+    np.testing.assert_array_equal(base, pca)  # seeded: same features, same layout
+    figures = well_umaps(table)
+    assert [f["variant"] for f in figures] == ["base", "pca"]
     assert all("wells by batch (UMAP)" in f["svg"] and f["svg"].count("<circle") == 88 for f in figures)
-    assert figures[0]["svg"].replace("base:", "pca:") == figures[1]["svg"]  # seeded: same features, same picture
     assert "B0" in figures[0]["svg"] and "B1" in figures[0]["svg"]  # the legend names the batches
 
 
-def test_control_intensity_per_plate_position(tiny_store):
-    from cellica.report.maps import TILES_PER_WELL, control_intensity
+def test_control_intensity_by_hand(tmp_path):
+    """A store whose control tiles are flat images of known brightness: each well's intensity
+    relative to its plate's control wells, every channel counting alike, is computed by hand."""
+    from cellica.qc.layout import control_intensity
+    from cellica.store.tilestore import TileStore
 
-    out = control_intensity(tiny_store.path)
-    plates = tiny_store.metadata["plate"].nunique()
-    assert len(out["plates"]) == plates and all(svg.startswith("<svg") for svg in out["plates"])
-    assert "control intensity (plate mean = 1)" in out["plates"][0] and str(TILES_PER_WELL) in out["note"]
-    assert control_intensity(tiny_store.path, seed=1)["plates"] == out["plates"]  # 3 tiles a well: all read
+    wells = [("P1", "A01", True, (100, 10)), ("P1", "A02", True, (300, 30)), ("P1", "B01", False, (999, 999)),
+             ("P2", "A01", True, (200, 40))]
+    tiles = np.stack([np.stack([np.full((4, 4), c, np.uint16) for c in v]) for *_, v in wells])
+    md = pd.DataFrame({"tile_id": [f"t{k}" for k in range(4)], "plate": [w[0] for w in wells],
+                       "well": [w[1] for w in wells], "site": 0, "batch": "B", "is_control": [w[2] for w in wells],
+                       "perturbation": ["ctrl" if w[2] else "g" for w in wells]})
+    with TileStore.create(tmp_path / "s.zarr", ["dna", "er"], (4, 4), "uint16", {"source": "test"}, 2) as w:
+        w.append(tiles, md)
+    table = control_intensity(tmp_path / "s.zarr").set_index(["plate", "row", "col"])
+    # channel means over the three control tiles read: dna 200, er 80/3; each tile's mean ratio:
+    # A01 (0.5 + 0.375) / 2 = 0.4375, A02 (1.5 + 1.125) / 2 = 1.3125, P2 A01 (1 + 1.5) / 2 = 1.25
+    np.testing.assert_allclose(table.loc[("P1", "A", 1), "intensity"], 0.4375 / ((0.4375 + 1.3125) / 2))
+    np.testing.assert_allclose(table.loc[("P1", "A", 2), "intensity"], 1.3125 / ((0.4375 + 1.3125) / 2))
+    np.testing.assert_allclose(table.loc[("P2", "A", 1), "intensity"], 1.0)  # a plate's only well is its mean
+    assert ("P1", "B", 1) not in table.index and table["n_tiles"].tolist() == [1, 1, 1]  # no perturbed well
 
 
 def test_the_recall_claim_by_hand():

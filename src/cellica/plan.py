@@ -224,13 +224,26 @@ class RunPlan:
         return (f"--recall {shlex.quote(inputs['recall'])} --recall-differences "
                 f"{shlex.quote(inputs['recall_differences'])} --consistency {files}")
 
+    def qc_tables(self) -> list[str]:
+        """The plate-layout tables ``cellica qc`` writes (:data:`cellica.qc.files.TABLES`)."""
+        from cellica.qc.files import qc_paths
+
+        return [str(p) for p in qc_paths(f"{self.results}/qc").values()]
+
+    def qc_inputs(self) -> dict[str, Any]:
+        """Every variant's features, and the tile store when there is one."""
+        inputs: dict[str, Any] = {"features": self.variant_files(self.features)}
+        if self.config["source"] != "features":
+            inputs["tiles"] = self.tiles
+        return inputs
+
     def report_inputs(self) -> dict[str, Any]:
         """Everything the HTML reports read; the tile store only when there is one."""
         inputs: dict[str, Any] = {
             "summary": self.summary,
             "per_gene": self.variant_files(f"{self.eval}/{{variant}}/per_gene.parquet"),
             "importances": self.variant_files(f"{self.eval}/{{variant}}/importances.parquet"),
-            "features": self.variant_files(self.features)}
+            "features": self.variant_files(self.features), "qc": self.qc_tables()}
         if self.config["source"] != "features":
             inputs["tiles"] = self.tiles
         if self.config["stability"]["enabled"]:

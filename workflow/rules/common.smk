@@ -74,6 +74,10 @@ def model_file(wildcards):
     return PLAN.model_file(wildcards.model)
 
 
+def qc_inputs(wildcards):
+    return PLAN.qc_inputs()
+
+
 def report_inputs(wildcards):
     return PLAN.report_inputs()
 

@@ -4,7 +4,7 @@
 REPORT_ARGS = (
     "cellica report --summary {input.summary:q} --per-gene {input.per_gene:q} --importances {input.importances:q}"
     " --features {input.features:q} {params.store} --config-hash {params.config_hash} {params.alignment}"
-    " --entity {params.entity:q} {params.maps} {params.args} --out {params.reports:q}"
+    " --entity {params.entity:q} {params.maps} --qc {input.qc:q} {params.args} --out {params.reports:q}"
 )
 REPORT_PARAMS = {
     "store": lambda wildcards, input: f"--store {shlex.quote(input.tiles)}" if "tiles" in input.keys() else "",

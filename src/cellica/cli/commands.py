@@ -153,7 +153,14 @@ def report(ns: argparse.Namespace) -> None:
     report_from_files(ns.summary, ns.per_gene, ns.importances, ns.out, features=ns.features, store=ns.store,
                       benchmarks=ns.benchmarks, config=ns.config, config_hash=ns.config_hash,
                       alignment=ns.alignment, entity=ns.entity, genes=ns.gene, params=params_of(ReportParams, ns),
-                      part=ns.part, index_only=ns.index_only, maps=ns.maps, recall=ns.recall)
+                      part=ns.part, index_only=ns.index_only, maps=ns.maps, recall=ns.recall, qc=ns.qc)
+
+
+def qc(ns: argparse.Namespace) -> None:
+    from cellica.core.adata import stored_variant
+    from cellica.qc.files import qc_tables
+
+    qc_tables({stored_variant(p, str(p)): p for p in ns.features}, ns.out, store=ns.store, seed=ns.seed)
 
 
 def schema(ns: argparse.Namespace) -> None:

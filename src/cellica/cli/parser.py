@@ -28,7 +28,7 @@ OUTPUT_OPTIONS = frozenset({"out", "model_out", "importances_out", "wells_out", 
 INPUT_OPTIONS = frozenset({"store", "manifest", "checkpoint", "shards", "table", "input", "apply", "features",
                            "per_gene", "importances", "batch", "activity", "truth", "recall", "recall_differences",
                            "consistency", "maps", "a", "b", "summary", "benchmarks", "config", "alignment",
-                           "arm_table", "annotation_file", "position_table", "unexpressed_genes"})
+                           "arm_table", "annotation_file", "position_table", "unexpressed_genes", "qc"})
 
 
 def paths_by_role(ns: argparse.Namespace) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -140,6 +140,8 @@ COMMANDS = [
       ("--alignment", {"default": None, "help": "stability/alignment.parquet (cellica align between MAE seeds)"}),
       ("--maps", {"nargs": "*", "default": [], "help": "gene maps of the variants (maps/{variant}.h5ad): UMAPs"}),
       ("--recall", {"default": None, "help": "maps/recall.parquet: recall bars per source"}),
+      ("--qc", {"nargs": "*", "default": [], "help": "the qc tables (qc/*.parquet, from cellica qc): plate "
+                "layout, control intensity and well pictures"}),
       ("--gene", {"nargs": "*", "default": None, "help": "only these genes' pages (default: all)"}),
       ("--part", {"type": int, "default": None, "help": "only the pages of the genes of chunk PART of --chunks "
                   "(genes/PART-of-CHUNKS/), no index"}),
@@ -147,6 +149,12 @@ COMMANDS = [
       ENTITY,
       ("--out", {**REQ, "help": "report folder (index.html, gene_index/, genes/)"})],
      ("report.params", "ReportParams")),
+    ("qc", "plate-layout tables of a run: tiles per well, the controls' offset and intensity per position, "
+     "each variant's wells in 2-D", commands.qc,
+     [("--features", {**REQ, "nargs": "+", "help": "each variant's features (*.h5ad); layout from base"}),
+      ("--store", {"default": None, "help": "tile store (control intensity per position)"}),
+      ("--seed", {"type": int, "default": 0, "help": "seed of the sampled tiles and wells and the UMAP"}),
+      ("--out", {**REQ, "help": "folder of the tables (results/qc)"})], None),
     ("schema", "print (or write) the workflow's config schema, generated from the parameter classes",
      commands.schema, [("--out", {"default": None, "help": "file to write (workflow/schemas/config.schema.yaml)"}),
                        ("--docs", {"default": None, "help": "also write the configuration reference into this "

@@ -15,7 +15,7 @@ import pandas as pd
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.evaluate.controls import check_batches, fit_key, subsample_training
-from cellica.evaluate.metrics import biological_variation, concentration, hoyer_sparsity
+from cellica.evaluate.metrics import biological_variation, concentration, hoyer_sparsity, mean_roc
 from cellica.evaluate.params import EvalParams
 
 log = get_logger("evaluate")
@@ -206,6 +206,7 @@ class GeneClassifiers:
             sparsity=_nanmean(sparsities), concentration=_nanmean(concs), no_split=no_split,
             no_split_reason=self._no_split_reason(pert, folds) if no_split else "",
             notes="; ".join(notes), roc_folds=json.dumps(curves), n_train_controls=int(np.median(n_train)),
+            roc_mean=json.dumps([v.tolist() for v in mean_roc(curves)]),
         )
         return row, mean_imp
 

@@ -47,6 +47,7 @@ import pandas as pd
 
 from cellica import __version__
 from cellica.core.adata import aggregate_wells, read_h5ad
+from cellica.core.chunks import gene_chunk
 from cellica.core.contracts import FIT_COL, held_back_mask
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
@@ -55,33 +56,6 @@ from cellica.evaluate.params import EvalParams
 from cellica.evaluate.truth import truth_alignment
 
 log = get_logger("evaluate")
-
-
-def mean_roc(curves: list[list[list[float]]], grid: int = 101) -> tuple[np.ndarray, np.ndarray]:
-    """Vertical average of per-fold ROC curves on an FPR grid.
-
-    The area under it is the mean of the folds' areas (to the grid's resolution), so
-    it agrees with the mean held-out AUROC of the tables, unlike a curve of scores
-    pooled over folds (which mixes the folds' score scales).
-    """
-    fpr = np.linspace(0, 1, grid)
-    tprs = [np.interp(fpr, f, t) for f, t in curves if len(f) > 1]
-    if not tprs:
-        return fpr, np.full(grid, np.nan)
-    return fpr, np.mean(tprs, axis=0)
-
-
-def gene_chunk(genes: list[str], chunk: str | None) -> list[str]:
-    """The genes of chunk ``i/n`` (sorted genes, every n-th from i)."""
-    if not chunk or chunk == "none":
-        return genes
-    try:
-        i, n = (int(v) for v in chunk.split("/"))
-    except ValueError:
-        raise CellicaError(f"chunk {chunk!r} is not of the form i/n") from None
-    if n < 1 or not 0 <= i < n:
-        raise CellicaError(f"chunk {chunk!r} is out of range")
-    return genes[i::n]
 
 
 def evaluation_rows(obs: pd.DataFrame, warn: bool = True) -> np.ndarray:

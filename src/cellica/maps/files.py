@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 
 from cellica.core.adata import read_h5ad, stored_variant, write_h5ad
@@ -17,6 +18,7 @@ from cellica.maps.params import MapParams
 
 log = get_logger("maps")
 PathLike = str | os.PathLike
+MIN_LAYOUT_GENES = 4  # a picture of fewer genes says nothing
 
 
 def gene_map(adata, p: MapParams | None = None):
@@ -32,7 +34,9 @@ def gene_map(adata, p: MapParams | None = None):
     Returns
     -------
     genes : AnnData
-        One profile per gene; ``obs`` adds the consistency columns.
+        One profile per gene; ``obs`` adds the consistency columns; ``obsm["X_layout"]`` places
+        the genes in 2-D (seeded UMAP of the cosine kNN graph, or the first two PCs of a small
+        map: ``uns["layout"]`` says which) for maps of at least :data:`MIN_LAYOUT_GENES` genes.
     consistency : pandas.DataFrame
         :data:`cellica.maps.consistency.COLUMNS`, one row per gene.
     """
@@ -56,6 +60,12 @@ def gene_map(adata, p: MapParams | None = None):
         log.info("chromosome-arm correction skipped: set maps.arm_table and maps.unexpressed_genes to apply it")
     extra = table.set_index("perturbation").drop(columns="n_guides")
     genes.obs = genes.obs.join(extra, on="perturbation")
+    if genes.n_obs >= MIN_LAYOUT_GENES:  # the map's picture, drawn by the report from obsm["X_layout"]
+        from cellica.core.layout2d import layout_2d
+
+        xy, how = layout_2d(genes.X, "cosine", p.seed)
+        genes.obsm["X_layout"] = np.asarray(xy, np.float64)
+        genes.uns["layout"] = {"method": how, "metric": "cosine", "seed": int(p.seed)}
     return genes, table
 
 

@@ -50,6 +50,7 @@ class ReportInputs:
     entity: str = "gene"
     maps: dict[str, Path] = field(default_factory=dict)
     recall: Path | None = None
+    qc: list[Path] = field(default_factory=list)
 
 
 def _env():

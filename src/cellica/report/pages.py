@@ -19,11 +19,11 @@ import pandas as pd
 
 from cellica import __version__
 from cellica.core.atomic import atomic_output, read_parquet
+from cellica.core.chunks import gene_chunk
 from cellica.core.errors import CellicaError
 from cellica.core.jobtimes import stage_times
 from cellica.core.logs import get_logger, progress
 from cellica.core.names import safe_filename
-from cellica.evaluate.genes import gene_chunk, mean_roc
 from cellica.registry import METRICS, sentence
 from cellica.report.content import (
     COUNT_METRICS,
@@ -157,8 +157,9 @@ class ReportBuilder:
                  "detail": r.detail} for r in c.itertuples()]
 
     def _gene_maps(self) -> dict[str, Any]:
-        """UMAPs of the variants' gene maps and wells, the plate-layout heatmaps (from the base
-        features) and the controls' intensity per position (from the tile store)."""
+        """Pictures of the variants' gene maps (their stored layouts), of their wells and of the
+        plate layout (the qc tables): drawn here, computed by the stages that wrote them."""
+        from cellica.qc.files import read_qc
         from cellica.registry import variant_order
         from cellica.report.maps import (
             control_intensity,
@@ -169,13 +170,16 @@ class ReportBuilder:
         )
 
         maps = {v: self.inp.maps[v] for v in variant_order(self.inp.maps)}
-        features = {v: self.inp.features[v] for v in variant_order(self.inp.features)}
-        base = features.get("base") or next(iter(features.values()), None)
         recall, recall_note = recall_bars(self.inp.recall, self.variants) if self.inp.recall else ([], "")
-        return {"umaps": map_umaps(maps, self.inp.store, entity=self.inp.entity) if maps else [], "recall": recall, "recall_note": recall_note,
-                "wells": well_umaps(features, self.seed) if features else [],
-                "layout": plate_heatmaps(base) if base else None,
-                "intensity": control_intensity(self.inp.store, self.seed) if self.inp.store else None}
+        qc = read_qc(self.inp.qc) if self.inp.qc else {}
+        layouts = qc.get("well_layouts")
+        if layouts is not None:  # in the report's order of variants (a stable sort keeps the table's attrs)
+            rank = {v: i for i, v in enumerate(variant_order(list(dict.fromkeys(layouts["variant"]))))}
+            layouts = layouts.sort_values("variant", key=lambda v: v.map(rank), kind="stable")
+        return {"umaps": map_umaps(maps, self.inp.store, entity=self.inp.entity) if maps else [], "recall": recall,
+                "recall_note": recall_note, "wells": well_umaps(layouts) if layouts is not None else [],
+                "layout": plate_heatmaps(qc["plate_wells"], qc["position_offsets"]) if "plate_wells" in qc else None,
+                "intensity": control_intensity(qc["control_intensity"]) if "control_intensity" in qc else None}
 
     def _alignment(self) -> dict[str, Any] | None:
         """The stability table (two MAE seeds aligned per class of map), when it was computed."""
@@ -312,8 +316,10 @@ class ReportBuilder:
                   if isinstance(rows.loc[v].get("roc_folds"), str) and rows.loc[v]["roc_folds"] != "[]"}
         mean_curves, folds = {}, []
         for i, (v, cs) in enumerate(curves.items()):
-            fpr, tpr = mean_roc(cs)
-            if np.isfinite(tpr).all():
+            # the vertical mean over folds, as the evaluation stored it (roc_mean)
+            stored = rows.loc[v].get("roc_mean")
+            fpr, tpr = (np.asarray(c, float) for c in json.loads(stored if isinstance(stored, str) else "[[], []]"))
+            if tpr.size and np.isfinite(tpr).all():
                 mean_curves[f"{v} ({_fmt(rows.loc[v].get('auroc_mean'))})"] = (fpr.tolist(), tpr.tolist())
                 folds += [(f, t, PALETTE[i % len(PALETTE)]) for f, t in cs if len(f) > 1]
         charts = {

@@ -1,0 +1,24 @@
+# Quality control of the plate layout, as tables the report draws (cellica qc): tiles per well,
+# the controls' offset and pixel intensity per plate position, each variant's wells in 2-D.
+
+
+rule qc_tables:
+    input:
+        unpack(qc_inputs),
+    output:
+        PLAN.qc_tables(),
+    log:
+        f"{LOGS}/qc.log",
+    benchmark:
+        f"{BENCH}/qc.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    params:
+        store=lambda wildcards, input: f"--store {shlex.quote(input.tiles)}" if "tiles" in input.keys() else "",
+        out=lambda wildcards, output: os.path.dirname(output[0]),
+    shell:
+        "cellica qc --features {input.features:q} {params.store} --out {params.out:q} 2> {log:q}"
