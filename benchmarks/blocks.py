@@ -36,11 +36,13 @@ from pathlib import Path
 import pandas as pd
 import yaml
 from _docs import DOCS, markdown, write_block
-from _variants import evaluate_variants, variant_text
+from _variants import variant_text
 
+import cellica
 from cellica.embed.extract import embed_store
 from cellica.embed.params import EmbedParams, TrainParams
 from cellica.embed.train import train_mae
+from cellica.evaluate.params import EvalParams
 from cellica.identify.recovery import truth_recovery
 from cellica.registry import metrics_of
 from cellica.store.ingest import ingest
@@ -93,7 +95,8 @@ def probes(store: TileStore, max_samples: int):
 def classifiers(seeds: list[int], n_components: float | None, genes: bool, metrics: list[str]):
     """The paper's variants of each embedding through the DAG's transforms and classifiers."""
     def measure(adata, seconds: float) -> pd.DataFrame:
-        summary = evaluate_variants(adata, seeds, TransformParams(n_components=n_components), genes=genes)
+        summary = cellica.run(adata, transform=TransformParams(n_components=n_components),
+                              evaluate=EvalParams(seeds=seeds), genes=genes).summary
         return variant_text(summary, metrics)
     return measure
 

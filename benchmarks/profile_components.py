@@ -28,10 +28,13 @@ import anndata as ad
 import pandas as pd
 import yaml
 from _docs import DOCS, markdown, write_block
-from _variants import PAPER_VARIANTS, evaluate_variants, variant_text
+from _variants import variant_text
 
+import cellica
 from cellica.embed.params import ProfileParams
 from cellica.embed.profiles import profile_store
+from cellica.evaluate.params import EvalParams
+from cellica.registry import PAPER_VARIANTS
 from cellica.store.params import SimulationParams
 from cellica.store.simulate import simulate_screen
 from cellica.store.tilestore import TileStore
@@ -73,8 +76,8 @@ def main() -> None:
             params = TransformParams(n_components=n, drop_constant=True, standardize=standardize,
                                      outlier_cutoff=cutoff)
             # base does not depend on n_components: evaluated once per standardisation
-            summary = evaluate_variants(profiles, seeds, params, truth=truth,
-                                        variants=None if n == counts[0] else PAPER_VARIANTS[1:])
+            summary = cellica.run(profiles, transform=params, evaluate=EvalParams(seeds=seeds), truth=truth,
+                                  variants=None if n == counts[0] else PAPER_VARIANTS[1:]).summary
             table = variant_text(summary, METRICS)
             table.insert(0, "dims", table["variant"].map(summary.attrs["dims"]))
             table.insert(0, "n_components", str(n))

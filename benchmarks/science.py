@@ -37,8 +37,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from _variants import evaluate_variants, variant_text
+from _variants import variant_text
 
+import cellica
+from cellica.evaluate.params import EvalParams
 from cellica.launch import environment, snakemake_command
 from cellica.registry import GENE_METRICS
 
@@ -104,7 +106,8 @@ def linear(seeds: list[int], out: Path, n_components: float | None, dims: int = 
     obs = meta.set_index("tile_id")
     obs.index = obs.index.astype(str)
     emb = ad.AnnData(x.astype(np.float32), obs=obs)
-    return evaluate_variants(emb, seeds, TransformParams(n_components=n_components), truth=(lat, bat))
+    return cellica.run(emb, transform=TransformParams(n_components=n_components), evaluate=EvalParams(seeds=seeds),
+                       truth=(lat, bat)).summary
 
 
 def bbbc021(seeds: list[int], out: Path, moa: bool) -> pd.DataFrame:

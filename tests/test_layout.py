@@ -15,7 +15,7 @@ from tests.conftest import REPO
 
 PKG = REPO / "src" / "cellica"
 RANK = {"core": 0, "registry": 0, "store": 1, "embed": 2, "transform": 3, "identify": 4, "evaluate": 5, "maps": 6,
-        "qc": 6, "report": 7, "config": 8, "plan": 9, "launch": 9, "cli": 10}
+        "qc": 6, "report": 7, "config": 8, "plan": 9, "launch": 9, "pipeline": 9, "cli": 10}
 MODULES = sorted(PKG.rglob("*.py"))
 
 
@@ -82,3 +82,23 @@ def test_the_report_only_draws():
                 continue
             allowed = REPORT_READS.get(module, set())
             assert set(names) <= allowed and allowed, f"report/{path.name} imports {names} from {module}"
+
+
+def test_stage_packages_export_their_public_names_lazily():
+    """Each stage's __init__ names its public functions and parameter classes; importing a
+    package (or its params, as the CLI and the run plan do) loads no heavy library."""
+    import importlib
+    import subprocess
+    import sys
+
+    for stage in ("store", "embed", "transform", "evaluate", "maps", "identify", "qc", "report"):
+        package = importlib.import_module(f"cellica.{stage}")
+        assert package.__all__, stage
+        for name in package.__all__:
+            assert callable(getattr(package, name)), f"cellica.{stage}.{name}"
+    code = ("import sys, cellica, cellica.store, cellica.embed, cellica.transform, cellica.evaluate, cellica.maps, "
+            "cellica.qc, cellica.report, cellica.plan; "
+            "print(sorted(m for m in ('torch', 'timm', 'lightgbm', 'scanpy', 'zarr') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", loaded
+    assert callable(importlib.import_module("cellica").run)

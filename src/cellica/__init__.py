@@ -7,5 +7,8 @@ simulate / ingest -> embed -> transform -> evaluate -> report.
 __version__ = "0.1.0"
 
 from cellica.core.errors import CellicaError  # noqa: E402
+from cellica.core.lazy import lazy_exports  # noqa: E402
 
-__all__ = ["CellicaError", "__version__"]
+# cellica.run: the whole recipe in memory (cellica.pipeline), imported when first used.
+__getattr__, _dir = lazy_exports(__name__, {"run": "cellica.pipeline", "RunResult": "cellica.pipeline"})
+__all__ = ["CellicaError", "RunResult", "__version__", "run"]

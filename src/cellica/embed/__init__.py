@@ -1,2 +1,19 @@
 """Stage 2, embeddings: train a masked autoencoder on the tiles, embed them into AnnData, or
 import a features table instead. The only package that imports timm."""
+
+from cellica.core.lazy import lazy_exports
+
+# The stage's public functions and parameter classes, each imported when first used.
+_PUBLIC = {
+    "train_mae": "cellica.embed.train",
+    "embed_store": "cellica.embed.extract",
+    "gather_embeddings": "cellica.embed.extract",
+    "import_features": "cellica.embed.features",
+    "profile_store": "cellica.embed.profiles",
+    "TrainParams": "cellica.embed.params",
+    "EmbedParams": "cellica.embed.params",
+    "FeatureTableParams": "cellica.embed.params",
+    "ProfileParams": "cellica.embed.params",
+}
+__all__ = sorted(_PUBLIC)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)

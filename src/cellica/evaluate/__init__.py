@@ -1,2 +1,18 @@
 """Stage 4, evaluation: per-gene LightGBM classifiers against shared controls, batch metrics,
 replicate mAP, and the summary with uncertainty and the paper's claims."""
+
+from cellica.core.lazy import lazy_exports
+
+# The stage's public functions and parameter classes, each imported when first used.
+_PUBLIC = {
+    "evaluate_genes": "cellica.evaluate.genes",
+    "variant_metrics": "cellica.evaluate.batch",
+    "summary_table": "cellica.evaluate.summary",
+    "evaluate_files": "cellica.evaluate.files",
+    "gather_evaluations": "cellica.evaluate.files",
+    "batch_metrics_files": "cellica.evaluate.files",
+    "summarize_files": "cellica.evaluate.files",
+    "EvalParams": "cellica.evaluate.params",
+}
+__all__ = sorted(_PUBLIC)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)

@@ -1,7 +1,17 @@
 """Quality control of the plate layout, as tables the report draws: tiles per well, the
 controls' offset and pixel intensity per plate position, and each variant's wells in 2-D."""
 
-from cellica.qc.files import qc_paths, qc_tables, read_qc
-from cellica.qc.layout import control_intensity, plate_wells, position_offsets, well_layouts
+from cellica.core.lazy import lazy_exports
 
-__all__ = ["control_intensity", "plate_wells", "position_offsets", "qc_paths", "qc_tables", "read_qc", "well_layouts"]
+# The stage's public functions and parameter classes, each imported when first used.
+_PUBLIC = {
+    "qc_tables": "cellica.qc.files",
+    "qc_paths": "cellica.qc.files",
+    "read_qc": "cellica.qc.files",
+    "control_intensity": "cellica.qc.layout",
+    "plate_wells": "cellica.qc.layout",
+    "position_offsets": "cellica.qc.layout",
+    "well_layouts": "cellica.qc.layout",
+}
+__all__ = sorted(_PUBLIC)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
