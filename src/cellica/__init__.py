@@ -10,5 +10,5 @@ from cellica.core.errors import CellicaError  # noqa: E402
 from cellica.core.lazy import lazy_exports  # noqa: E402
 
 # cellica.run: the whole recipe in memory (cellica.pipeline), imported when first used.
-__getattr__, _dir = lazy_exports(__name__, {"run": "cellica.pipeline", "RunResult": "cellica.pipeline"})
-__all__ = ["CellicaError", "RunResult", "__version__", "run"]
+__getattr__, _dir, _lazy = lazy_exports(__name__, {"run": "cellica.pipeline", "RunResult": "cellica.pipeline"})
+__all__ = ["CellicaError", "__version__", *_lazy]

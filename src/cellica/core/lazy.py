@@ -11,9 +11,10 @@ import importlib
 from collections.abc import Callable
 
 
-def lazy_exports(package: str, names: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
-    """``__getattr__`` and ``__dir__`` for ``package``: each of ``names`` (name -> module) is
-    imported from its module when first asked for."""
+def lazy_exports(package: str, names: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]],
+                                                                list[str]]:
+    """``__getattr__``, ``__dir__`` and ``__all__`` for ``package``: each of ``names``
+    (name -> module) is imported from its module when first asked for."""
 
     def __getattr__(name: str) -> object:
         if name in names:
@@ -23,4 +24,4 @@ def lazy_exports(package: str, names: dict[str, str]) -> tuple[Callable[[str], o
     def __dir__() -> list[str]:
         return sorted(names)
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, sorted(names)

@@ -3,8 +3,7 @@ import a features table instead. The only package that imports timm."""
 
 from cellica.core.lazy import lazy_exports
 
-# The stage's public functions and parameter classes, each imported when first used.
-_PUBLIC = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "train_mae": "cellica.embed.train",
     "embed_store": "cellica.embed.extract",
     "gather_embeddings": "cellica.embed.extract",
@@ -14,6 +13,4 @@ _PUBLIC = {
     "EmbedParams": "cellica.embed.params",
     "FeatureTableParams": "cellica.embed.params",
     "ProfileParams": "cellica.embed.params",
-}
-__all__ = sorted(_PUBLIC)
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
+})

@@ -3,8 +3,7 @@ replicate mAP, and the summary with uncertainty and the paper's claims."""
 
 from cellica.core.lazy import lazy_exports
 
-# The stage's public functions and parameter classes, each imported when first used.
-_PUBLIC = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "evaluate_genes": "cellica.evaluate.genes",
     "variant_metrics": "cellica.evaluate.batch",
     "summary_table": "cellica.evaluate.summary",
@@ -13,6 +12,4 @@ _PUBLIC = {
     "batch_metrics_files": "cellica.evaluate.files",
     "summarize_files": "cellica.evaluate.files",
     "EvalParams": "cellica.evaluate.params",
-}
-__all__ = sorted(_PUBLIC)
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
+})

@@ -3,11 +3,8 @@ ground truth (MCC, probe R^2, InfoM/InfoE/InfoC)."""
 
 from cellica.core.lazy import lazy_exports
 
-# The stage's public functions and parameter classes, each imported when first used.
-_PUBLIC = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "align": "cellica.identify.align",
     "align_files": "cellica.identify.files",
     "AlignParams": "cellica.identify.params",
-}
-__all__ = sorted(_PUBLIC)
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
+})

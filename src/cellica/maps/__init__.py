@@ -3,13 +3,10 @@ recall of known gene-gene relationships (EFAAR-style)."""
 
 from cellica.core.lazy import lazy_exports
 
-# The stage's public functions and parameter classes, each imported when first used.
-_PUBLIC = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "gene_map": "cellica.maps.files",
     "gene_map_files": "cellica.maps.files",
     "recall_files": "cellica.maps.files",
     "read_map": "cellica.maps.files",
     "MapParams": "cellica.maps.params",
-}
-__all__ = sorted(_PUBLIC)
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
+})

@@ -3,8 +3,7 @@ controls' offset and pixel intensity per plate position, and each variant's well
 
 from cellica.core.lazy import lazy_exports
 
-# The stage's public functions and parameter classes, each imported when first used.
-_PUBLIC = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "qc_tables": "cellica.qc.files",
     "qc_paths": "cellica.qc.files",
     "read_qc": "cellica.qc.files",
@@ -12,6 +11,4 @@ _PUBLIC = {
     "plate_wells": "cellica.qc.layout",
     "position_offsets": "cellica.qc.layout",
     "well_layouts": "cellica.qc.layout",
-}
-__all__ = sorted(_PUBLIC)
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
+})

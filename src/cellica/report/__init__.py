@@ -2,12 +2,9 @@
 
 from cellica.core.lazy import lazy_exports
 
-# The stage's public functions and parameter classes, each imported when first used.
-_PUBLIC = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "build_report": "cellica.report.build",
     "report_from_files": "cellica.report.build",
     "ReportInputs": "cellica.report.content",
     "ReportParams": "cellica.report.params",
-}
-__all__ = sorted(_PUBLIC)
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
+})

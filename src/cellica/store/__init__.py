@@ -3,13 +3,10 @@ store (:class:`cellica.store.tilestore.TileStore`). The only package that import
 
 from cellica.core.lazy import lazy_exports
 
-# The stage's public functions and parameter classes, each imported when first used.
-_PUBLIC = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "TileStore": "cellica.store.tilestore",
     "simulate_screen": "cellica.store.simulate",
     "ingest": "cellica.store.ingest",
     "SimulationParams": "cellica.store.params",
     "IngestParams": "cellica.store.params",
-}
-__all__ = sorted(_PUBLIC)
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
+})

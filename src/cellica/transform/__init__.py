@@ -3,12 +3,9 @@
 
 from cellica.core.lazy import lazy_exports
 
-# The stage's public functions and parameter classes, each imported when first used.
-_PUBLIC = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "make_transform": "cellica.transform.variants",
     "transform_file": "cellica.transform.files",
     "Transform": "cellica.transform.base",
     "TransformParams": "cellica.transform.params",
-}
-__all__ = sorted(_PUBLIC)
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
+})
