@@ -9,7 +9,7 @@ Without ``--store`` / ``--checkpoint`` it simulates the demo screen and trains t
 (config defaults) first. Then it embeds every tile at each block (``embed.block`` 0 .. last,
 mean pooling; the last block also with ``cls`` and ``both``) and reports, per embedding:
 
-* the ground-truth measures of :func:`cellica.identify.recovery.truth_recovery` (the DAG's
+* the ground-truth measures of :func:`cellica.evaluate.recovery.truth_recovery` (the DAG's
   own): held-out linear-probe R^2 of the true factors (higher: more biology, linearly) and
   of the plates' technical parameters (lower: less batch signal), the matched-factor MCC
   and the time to embed;
@@ -43,7 +43,7 @@ from cellica.embed.extract import embed_store
 from cellica.embed.params import EmbedParams, TrainParams
 from cellica.embed.train import train_mae
 from cellica.evaluate.params import EvalParams
-from cellica.identify.recovery import truth_recovery
+from cellica.evaluate.recovery import truth_recovery
 from cellica.registry import metrics_of
 from cellica.store.ingest import ingest
 from cellica.store.params import IngestParams, SimulationParams

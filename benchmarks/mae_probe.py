@@ -24,7 +24,7 @@ from cellica.embed.extract import embed_store
 from cellica.embed.mae import MaskedAutoencoder, TileNormalizer
 from cellica.embed.params import EmbedParams, TrainParams
 from cellica.embed.train import train_mae
-from cellica.identify.recovery import linear_probe_r2
+from cellica.evaluate.recovery import linear_probe_r2
 from cellica.store.params import SimulationParams
 from cellica.store.render import FACTOR_NAMES
 from cellica.store.simulate import simulate_screen

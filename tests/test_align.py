@@ -6,8 +6,9 @@ import pandas as pd
 import pytest
 
 from cellica.core.errors import CellicaError
-from cellica.identify.align import align, ica_efficiency, latent_diameter, mcc
-from cellica.identify.params import AlignParams
+from cellica.evaluate.metrics import mcc
+from cellica.stability.align import align, ica_efficiency, latent_diameter
+from cellica.stability.params import AlignParams
 from cellica.transform.ica import haar_rotation
 
 
@@ -116,7 +117,7 @@ def test_mcc_by_hand():
 
 
 def test_truth_recovery_on_the_simulated_store(tiny_store):
-    from cellica.identify.recovery import truth_recovery
+    from cellica.evaluate.recovery import truth_recovery
 
     store = tiny_store
     lat, batches = store.ground_truth("latents"), store.ground_truth("batches")

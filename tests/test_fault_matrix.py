@@ -156,6 +156,8 @@ def stage_case(stage: str, inp: str, w: Path) -> tuple[list, Path, Path, str]:
         **{("qc", opt): (["qc", "--features", w / "base.h5ad", w / "pca.h5ad", "--store", w / "tiles.zarr", "--out",
                           "{out}"], target, w / "qc") for opt, target in (("--features", w / "pca.h5ad"),
                                                                           ("--store", w / "tiles.zarr"))},
+        ("export-truth", "store"): (["export-truth", w / "tiles.zarr", "--out", "{out}"], w / "tiles.zarr",
+                                    w / "truth"),
         ("ingest", "--manifest"): (["ingest", "--manifest", w / "manifest.csv", "--out", "{out}", *files],
                                    w / "manifest.csv", w / "s.zarr"),
         ("ingest", "image files"): (["ingest", "--manifest", w / "manifest.csv", "--out", "{out}", *files],
@@ -171,6 +173,8 @@ def fault_file(kind: str, target: Path) -> Path:
     """The file a fault hits: a shard for a tile store, a chunk for a plate, else the input."""
     if kind == "tile store":
         return target / "tiles" / "c" / "1" / "0" / "0" / "0"
+    if kind == "ground truth (store)":  # a table inside the store, checked against its manifest
+        return target / "ground_truth" / "latents.parquet"
     if kind == "OME-Zarr plate":
         return target / "A" / "1" / "0" / "s0" / "c" / "0" / "0" / "0"
     return target
@@ -182,7 +186,8 @@ def fault_file(kind: str, target: Path) -> Path:
 # renames a finished file into place, so an open reader keeps the file it opened:
 # test_a_file_replaced_under_a_reader_is_read_whole); plates are the user's and carry no generation.
 NOT_APPLICABLE = {("replaced", k) for k in ("checkpoint", "features", "transform model", "parquet", "gene map",
-                                            "table (CSV)", "manifest (CSV)", "image (TIFF)", "OME-Zarr plate")}
+                                            "table (CSV)", "manifest (CSV)", "image (TIFF)", "OME-Zarr plate",
+                                            "ground truth (store)")}
 TAKEN_AS_GIVEN = {("swapped", k) for k in ("table (CSV)", "manifest (CSV)", "image (TIFF)", "OME-Zarr plate",
                                            "transform model")}
 # A user's text file with a flipped byte may still be a valid file: then the run records exactly

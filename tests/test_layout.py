@@ -1,6 +1,6 @@
 """The package's layout is the DAG: stage packages whose imports only point down.
 
-core, registry <- store <- embed <- transform <- identify <- evaluate <- maps, qc <- report <- config
+core, registry <- store <- embed <- transform <- evaluate <- maps, qc, stability <- report <- config
 <- plan, launch <- cli.
 No stage imports another's private names; only ``embed`` imports timm, only ``store``
 imports zarr; modules and functions stay small enough to read.
@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import REPO
 
 PKG = REPO / "src" / "cellica"
-RANK = {"core": 0, "registry": 0, "store": 1, "embed": 2, "transform": 3, "identify": 4, "evaluate": 5, "maps": 6,
+RANK = {"core": 0, "registry": 0, "store": 1, "embed": 2, "transform": 3, "evaluate": 5, "maps": 6, "stability": 6,
         "qc": 6, "report": 7, "config": 8, "plan": 9, "launch": 9, "pipeline": 9, "cli": 10}
 MODULES = sorted(PKG.rglob("*.py"))
 
@@ -88,12 +88,15 @@ def test_stage_packages_export_their_public_names_lazily():
     """Each stage's __init__ names its public functions and parameter classes; importing a
     package (or its params, as the CLI and the run plan do) loads no heavy library."""
     import importlib
+    import pkgutil
     import subprocess
     import sys
 
-    for stage in ("store", "embed", "transform", "evaluate", "maps", "identify", "qc", "report"):
+    for stage in ("store", "embed", "transform", "evaluate", "maps", "stability", "qc", "report"):
         package = importlib.import_module(f"cellica.{stage}")
         assert package.__all__, stage
+        submodules = {m.name for m in pkgutil.iter_modules(package.__path__)}
+        assert not submodules & set(package.__all__), f"cellica.{stage}: {submodules & set(package.__all__)}"
         for name in package.__all__:
             assert callable(getattr(package, name)), f"cellica.{stage}.{name}"
     code = ("import sys, cellica, cellica.store, cellica.embed, cellica.transform, cellica.evaluate, cellica.maps, "

@@ -29,8 +29,8 @@ from cellica.core.errors import CellicaError
 from cellica.core.params import Params
 from cellica.embed.params import EmbedParams
 from cellica.evaluate.params import EvalParams
-from cellica.identify.params import AlignParams
 from cellica.registry import VARIANTS
+from cellica.stability.params import AlignParams
 from cellica.store.params import SimulationParams
 from cellica.transform.params import TransformParams
 from tests.conftest import REPO

@@ -94,7 +94,7 @@ def test_each_seed_after_the_first_refits_only_the_seeded_variants():
 
 def test_ground_truth_is_the_simulated_store_or_the_users_table(tmp_path):
     sim = RunPlan({})
-    assert sim.evaluate_inputs("pca")["truth"] == "results/tiles.zarr" == sim.batch_metrics_inputs()["truth"]
+    assert sim.evaluate_inputs("pca")["truth"] == "results/truth" == sim.batch_metrics_inputs()["truth"]
     truth = tmp_path / "truth.parquet"
     truth.write_bytes(b"")
     assert RunPlan(_features_config(tmp_path, truth=str(truth))).evaluate_inputs("base")["truth"] == str(truth)

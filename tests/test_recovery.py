@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from cellica.core.errors import CellicaError
-from cellica.identify.recovery import discretise, infomec, normalised_mi, read_truth, truth_recovery
+from cellica.evaluate.recovery import discretise, infomec, normalised_mi, read_truth, truth_recovery
 
 
 def _balanced_sources():
@@ -62,3 +62,18 @@ def test_truth_table_for_imported_features(tmp_path):
         read_truth(tmp_path / "truth.npz")
     with pytest.raises(CellicaError, match="does not exist"):
         read_truth(tmp_path / "none.csv")
+
+
+def test_the_store_exports_its_truth_and_the_evaluation_reads_only_the_tables(tiny_store, tmp_path):
+    """cellica export-truth writes each ground-truth table as the store holds it; read_truth takes
+    that folder (or a user's table) and refuses a tile store, naming the command that exports it."""
+    from cellica.store.truth import export_truth
+
+    paths = export_truth(tiny_store.path, tmp_path / "truth")
+    assert set(paths) == {"latents", "effects", "batches"}  # no complexes: TINY_SIM sets none
+    got = read_truth(tmp_path / "truth")
+    for name in ("latents", "effects", "batches"):
+        pd.testing.assert_frame_equal(got[name], tiny_store.ground_truth(name), check_exact=True)
+        assert got[name].attrs["store_content_sha256"] == tiny_store.content_sha256
+    with pytest.raises(CellicaError, match="cellica export-truth"):
+        read_truth(tiny_store.path)

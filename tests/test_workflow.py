@@ -299,6 +299,7 @@ def test_new_data_reruns_give_a_fresh_runs_results(tiny_run, tmp_path):
 ADDITIONS = {
     "eval/*/per_gene.parquet": {"roc_mean"},  # the folds' mean ROC, stored for the report to draw
     "qc/*.parquet": {"*"},  # cellica qc: the plate-layout tables the report draws
+    "truth/*.parquet": {"*"},  # cellica export-truth: the store's ground truth, as the evaluation reads it
 }
 
 

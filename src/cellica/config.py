@@ -21,10 +21,10 @@ from cellica.core.errors import CellicaError
 from cellica.core.params import Kind, Params, param, section_schema, show
 from cellica.embed.params import EmbedParams, FeatureTableParams, ProfileParams, TrainParams
 from cellica.evaluate.params import EvalParams
-from cellica.identify.params import AlignParams
 from cellica.maps.params import MapParams
 from cellica.registry import VARIANT_NAMES
 from cellica.report.params import ReportParams
+from cellica.stability.params import AlignParams
 from cellica.store.params import IngestParams, SimulationParams
 from cellica.transform.params import TransformParams
 

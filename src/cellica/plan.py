@@ -24,8 +24,8 @@ from cellica.config import (
     config_schema,
 )
 from cellica.core.errors import CellicaError
-from cellica.identify.params import AlignParams
 from cellica.registry import VARIANTS, seeded_variants
+from cellica.stability.params import AlignParams
 from cellica.transform.params import TransformParams
 
 
@@ -118,6 +118,7 @@ class RunPlan:
         self.results, self.reports = c["results_dir"], c["reports_dir"]
         self.logs, self.bench = f"{self.results}/logs", f"{self.results}/benchmarks"
         self.tiles = f"{self.results}/tiles.zarr"
+        self.truth_tables = f"{self.results}/truth"  # cellica export-truth: what evaluation reads
         self.model_tag = model_tag(c)
         self.model_of = f"{self.results}/mae/{{model}}/model.safetensors"
         self.emb_of = f"{self.results}/embeddings/{{model}}/embeddings.h5ad"
@@ -174,9 +175,9 @@ class RunPlan:
         return self.config["mae"]["checkpoint"] if model == "checkpoint" else self.model_of.format(model=model)
 
     def truth(self) -> str | None:
-        """The ground truth: the simulated tile store, ``features.truth``, or None."""
+        """The ground truth: the simulated store's exported tables, ``features.truth``, or None."""
         if self.config["source"] == "simulate":
-            return self.tiles
+            return self.truth_tables
         if self.config["source"] == "features" and self.config["features"]["truth"]:
             return self.config["features"]["truth"]
         return None

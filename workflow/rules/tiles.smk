@@ -21,6 +21,24 @@ if config["source"] == "simulate":
         shell:
             "cellica simulate --out {output:q} {params.args} 2> {log:q}"
 
+    rule export_truth:
+        input:
+            TILES,
+        output:
+            directory(PLAN.truth_tables),
+        log:
+            f"{LOGS}/export_truth.log",
+        benchmark:
+            f"{BENCH}/export_truth.tsv"
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=10,
+        shell:
+            "cellica export-truth {input:q} --out {output:q} 2> {log:q}"
+
 elif config["source"] == "ingest":
 
     rule ingest:

@@ -138,8 +138,8 @@ def recall(ns: argparse.Namespace) -> None:
 
 
 def align(ns: argparse.Namespace) -> None:
-    from cellica.identify.files import align_files
-    from cellica.identify.params import AlignParams
+    from cellica.stability.files import align_files
+    from cellica.stability.params import AlignParams
 
     table = align_files(ns.a, ns.b, params_of(AlignParams, ns), ns.out)
     show(table[["map", "error", "n_train", "n_test", "dims"]].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
@@ -154,6 +154,12 @@ def report(ns: argparse.Namespace) -> None:
                       benchmarks=ns.benchmarks, config=ns.config, config_hash=ns.config_hash,
                       alignment=ns.alignment, entity=ns.entity, genes=ns.gene, params=params_of(ReportParams, ns),
                       part=ns.part, index_only=ns.index_only, maps=ns.maps, recall=ns.recall, qc=ns.qc)
+
+
+def export_truth(ns: argparse.Namespace) -> None:
+    from cellica.store.truth import export_truth as export
+
+    export(ns.store, ns.out)
 
 
 def qc(ns: argparse.Namespace) -> None:

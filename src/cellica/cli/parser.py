@@ -16,8 +16,8 @@ EVAL_FILES = ("--features", {"required": True, "nargs": "+", "help": "features o
                              "or one per seed of --seeds"})
 ENTITY = ("--entity", {"default": "gene", "help": "what the perturbations are called in sentences and on the "
                       "pages (gene, compound, MoA, perturbation, ...)"})
-TRUTH = ("--truth", {"default": None, "help": "simulated tile store, or a table of true factors keyed by "
-                     "sample_id: add ground-truth columns"})
+TRUTH = ("--truth", {"default": None, "help": "a simulated screen's truth tables (the folder cellica export-truth "
+                     "writes), or a table of true factors keyed by sample_id: add ground-truth columns"})
 
 
 # Every option that names a file, by role (the destinations argparse gives them): no output may
@@ -127,7 +127,7 @@ COMMANDS = [
     ("align", "alignment error between two embeddings of the same samples, per class of map", commands.align,
      [("a", {"help": "embedding A (*.h5ad)"}),
       ("b", {"help": "embedding B (*.h5ad); samples paired with A by obs_names (tile ids)"}),
-      ("--out", {"default": None, "help": "table (*.parquet)"})], ("identify.params", "AlignParams")),
+      ("--out", {"default": None, "help": "table (*.parquet)"})], ("stability.params", "AlignParams")),
     ("report", "HTML reports: index.html and one page per gene", commands.report,
      [("--summary", {**REQ, "help": "eval/summary.parquet"}),
       ("--per-gene", {**REQ, "nargs": "+", "help": "per-gene tables, one per variant"}),
@@ -149,6 +149,9 @@ COMMANDS = [
       ENTITY,
       ("--out", {**REQ, "help": "report folder (index.html, gene_index/, genes/)"})],
      ("report.params", "ReportParams")),
+    ("export-truth", "a simulated store's ground truth as tables (what evaluate --truth reads)", commands.export_truth,
+     [("store", {"help": "tile store written by cellica simulate (*.zarr)"}),
+      ("--out", {**REQ, "help": "folder of the tables (results/truth)"})], None),
     ("qc", "plate-layout tables of a run: tiles per well, the controls' offset and intensity per position, "
      "each variant's wells in 2-D", commands.qc,
      [("--features", {**REQ, "nargs": "+", "help": "each variant's features (*.h5ad); layout from base"}),

@@ -52,7 +52,7 @@ def variant_metrics(features: dict[str, Any], params: EvalParams | None = None,
                 adata = read_h5ad(adata) if truth is not None else read_evaluation_rows(adata)
             row = batch_metrics(adata, variant, p)
             if truth is not None:
-                from cellica.identify.recovery import truth_recovery
+                from cellica.evaluate.recovery import truth_recovery
 
                 row.update(truth_recovery(adata, *truth, seed=p.seed))
                 log.info("%s: ground truth MCC %.3f, factor probe R2 %.3f, batch-parameter probe R2 %.3f", variant,

@@ -26,8 +26,9 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
                    truth: PathLike | None = None, threads: int = 1) -> pd.DataFrame:
     """Per-gene classifiers of one variant: one features file, or one per evaluation seed.
 
-    ``truth`` (a simulated tile store) adds the ground-truth alignment columns; a table of
-    true factors has no per-gene effects and adds none. Returns the per-gene table.
+    ``truth`` (a simulated screen's truth tables, from ``cellica export-truth``) adds the
+    ground-truth alignment columns; a table of true factors has no per-gene effects and adds
+    none. Returns the per-gene table.
     """
     from cellica.evaluate.genes import evaluate_genes, read_evaluation_rows
 
@@ -36,7 +37,7 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
     variant = variant or stored_variant(paths[0], "features")
     gene_truth = None
     if truth:
-        from cellica.identify.recovery import read_truth
+        from cellica.evaluate.recovery import read_truth
 
         gt = read_truth(truth)
         if gt["effects"] is not None:  # which factors each gene moves: only simulated stores know
@@ -69,12 +70,12 @@ def gather_evaluations(per_gene: Sequence[PathLike], importances: Sequence[PathL
 def batch_metrics_files(features: Sequence[PathLike], out: PathLike, activity_out: PathLike,
                         params: EvalParams | None = None, truth: PathLike | None = None) -> pd.DataFrame:
     """Batch signal on the held-back controls, replicate mAP, and (with ``truth``: a simulated
-    store or a table of true factors) ground-truth recovery, for every variant's features."""
+    screen's truth tables, or a table of true factors) ground-truth recovery, for every variant's features."""
     from cellica.evaluate.batch import variant_metrics
 
     gt = None
     if truth:
-        from cellica.identify.recovery import read_truth
+        from cellica.evaluate.recovery import read_truth
 
         read = read_truth(truth)
         gt = read["latents"], read["batches"]

@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 
+from cellica.core.errors import CellicaError
+
 TOP_FRACTION = 0.25
 
 
@@ -116,3 +118,24 @@ def mean_roc(curves: list[list[list[float]]], grid: int = 101) -> tuple[np.ndarr
     if not tprs:
         return fpr, np.full(grid, np.nan)
     return fpr, np.mean(tprs, axis=0)
+
+
+def cross_correlation(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
+    """Pearson correlations between the columns of xa (rows of the result) and of xb."""
+    za = (xa - xa.mean(0)) / np.maximum(xa.std(0), 1e-12)
+    zb = (xb - xb.mean(0)) / np.maximum(xb.std(0), 1e-12)
+    return za.T @ zb / len(xa)
+
+
+def mcc(features: np.ndarray, factors: np.ndarray) -> float:
+    """Mean correlation coefficient: |corr| between features and true factors, Hungarian-matched, averaged
+    over the factors (each factor matched to a different feature)."""
+    from scipy.optimize import linear_sum_assignment
+
+    f = np.asarray(features, np.float64)
+    z = np.asarray(factors, np.float64)
+    if f.shape[0] != z.shape[0]:
+        raise CellicaError(f"MCC: {f.shape[0]} samples of features but {z.shape[0]} of factors")
+    c = np.abs(cross_correlation(z, f))  # factors x features
+    rows, cols = linear_sum_assignment(-c)
+    return float(c[rows, cols].mean())

@@ -5,8 +5,9 @@ from cellica.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "TileStore": "cellica.store.tilestore",
+    "export_truth": "cellica.store.truth",
     "simulate_screen": "cellica.store.simulate",
-    "ingest": "cellica.store.ingest",
+    "ingest_images": "cellica.store.ingest:ingest",
     "SimulationParams": "cellica.store.params",
     "IngestParams": "cellica.store.params",
 })

@@ -9,14 +9,14 @@ import pandas as pd
 from cellica.core.adata import read_h5ad
 from cellica.core.atomic import write_parquet
 from cellica.core.errors import CellicaError
-from cellica.identify.align import align
-from cellica.identify.params import AlignParams
+from cellica.stability.align import align
+from cellica.stability.params import AlignParams
 
 
 def align_files(a: str | os.PathLike, b: str | os.PathLike, params: AlignParams | None = None,
                 out: str | os.PathLike | None = None) -> pd.DataFrame:
     """Held-out alignment error of embedding ``a`` onto ``b`` per class of map (see
-    :func:`cellica.identify.align.align`); written to ``out`` when given."""
+    :func:`cellica.stability.align.align`); written to ``out`` when given."""
     params = params or AlignParams()
     ea, eb = read_h5ad(a), read_h5ad(b)
     ga, gb = (e.uns.get("provenance", {}).get("store_generation") for e in (ea, eb))

@@ -21,7 +21,7 @@ without seeing the pairing. When the two sides differ in dimensionality, permuta
 and rigid maps are defined on the smaller one (B's dimensions that nothing maps to
 are predicted by their training mean), and this is stated in the table.
 
-``mcc`` (mean correlation coefficient) measures recovery of known factors: absolute
+``cellica.evaluate.metrics.mcc`` (mean correlation coefficient) measures recovery of known factors: absolute
 correlations between features and true factors, Hungarian-matched, averaged.
 """
 
@@ -32,7 +32,8 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.identify.params import AlignParams
+from cellica.evaluate.metrics import cross_correlation
+from cellica.stability.params import AlignParams
 
 log = get_logger("align")
 MAPS = ("permutation", "rigid", "linear", "ica")
@@ -74,18 +75,11 @@ def _global_scale(pred_c: np.ndarray, yc: np.ndarray) -> float:
     return float((pred_c * yc).sum() / denom) if denom > 0 else 1.0
 
 
-def _cross_corr(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
-    """Pearson correlations between the columns of xa (rows of the result) and of xb."""
-    za = (xa - xa.mean(0)) / np.maximum(xa.std(0), 1e-12)
-    zb = (xb - xb.mean(0)) / np.maximum(xb.std(0), 1e-12)
-    return za.T @ zb / len(xa)
-
-
 def _permutation_map(xa, xb):
     """Match A's dims to B's by |corr| (Hungarian), with signs and one global scale."""
     from scipy.optimize import linear_sum_assignment
 
-    corr = _cross_corr(xa, xb)
+    corr = cross_correlation(xa, xb)
     rows, cols = linear_sum_assignment(-np.abs(corr))
     signs = np.sign(corr[rows, cols])
     ma, mb = xa.mean(0), xb.mean(0)
@@ -134,7 +128,7 @@ def _ica_map(xa, xb, p: AlignParams):
     ma, ua, _, da = _unmix(xa, p)
     mb, ub, mixb, db = _unmix(xb, p)
     sa, sb = (xa - ma) @ ua.T, (xb - mb) @ ub.T
-    corr = _cross_corr(sa, sb)
+    corr = cross_correlation(sa, sb)
     rows, cols = linear_sum_assignment(-np.abs(corr))
     signs = np.sign(corr[rows, cols])
 
@@ -237,17 +231,3 @@ def ica_efficiency(table: pd.DataFrame) -> float:
     if not {"permutation", "rigid", "ica"} <= set(e.index) or e["permutation"] == e["rigid"]:
         return float("nan")
     return float(100 * (e["permutation"] - e["ica"]) / (e["permutation"] - e["rigid"]))
-
-
-def mcc(features: np.ndarray, factors: np.ndarray) -> float:
-    """Mean correlation coefficient: |corr| between features and true factors, Hungarian-matched, averaged
-    over the factors (each factor matched to a different feature)."""
-    from scipy.optimize import linear_sum_assignment
-
-    f = np.asarray(features, np.float64)
-    z = np.asarray(factors, np.float64)
-    if f.shape[0] != z.shape[0]:
-        raise CellicaError(f"MCC: {f.shape[0]} samples of features but {z.shape[0]} of factors")
-    c = np.abs(_cross_corr(z, f))  # factors x features
-    rows, cols = linear_sum_assignment(-c)
-    return float(c[rows, cols].mean())

@@ -81,7 +81,7 @@ def truth_recovery(adata, latents: pd.DataFrame, batches: pd.DataFrame | None = 
         batch information left; lower is better) and InfoM / InfoE / InfoC
         (:func:`infomec`).
     """
-    from cellica.identify.align import mcc
+    from cellica.evaluate.metrics import mcc
 
     factors = [c for c in latents.columns if c != "tile_id"]
     z = latents.set_index("tile_id").reindex(adata.obs_names)[factors]
@@ -205,13 +205,14 @@ def _infoe(z: np.ndarray, s_codes: np.ndarray) -> float:
 
 
 def read_truth(path) -> dict[str, pd.DataFrame | None]:
-    """Ground truth from a simulated tile store, or from a table of true factors.
+    """Ground truth from the tables of a simulated screen, or from a table of true factors.
 
     Parameters
     ----------
     path
-        A tile store (``*.zarr`` written by ``cellica simulate``: latents, the genes'
-        effects and the plates' technical parameters), or a ``.parquet`` / ``.csv`` /
+        The folder ``cellica export-truth`` writes from a simulated store (``latents``,
+        the genes' ``effects`` and the plates' technical parameters, ``batches``; the
+        evaluation never opens a tile store), or a ``.parquet`` / ``.csv`` /
         ``.tsv`` table with a ``sample_id`` (or ``tile_id``) column matching the features'
         sample ids and one numeric column per true factor (``features.truth``, for
         embedding-level simulations).
@@ -227,11 +228,14 @@ def read_truth(path) -> dict[str, pd.DataFrame | None]:
     if not path.exists():
         raise CellicaError(f"ground truth {path} does not exist")
     if path.is_dir():
-        from cellica.store.tilestore import TileStore
+        from cellica.core.atomic import read_parquet
 
-        store = TileStore.open(path)
-        return {"latents": store.ground_truth("latents"), "effects": store.ground_truth("effects"),
-                "batches": store.ground_truth("batches")}
+        if not (path / "latents.parquet").is_file():
+            raise CellicaError(f"ground truth {path}: not a folder of truth tables (latents.parquet, effects.parquet, "
+                               "batches.parquet); a simulated store's are written by `cellica export-truth STORE --out "
+                               "FOLDER`")
+        return {name: read_parquet(path / f"{name}.parquet", f"ground-truth table {name}")
+                for name in ("latents", "effects", "batches")}
     name = path.name.lower()
     try:
         if name.endswith(".parquet"):
