@@ -335,3 +335,22 @@ def test_a_warm_started_ica_writes_its_stages_into_the_h5ad(tmp_path):
     write_h5ad(out, tmp_path / "pca_ica.h5ad")
     back = ad.read_h5ad(tmp_path / "pca_ica.h5ad")
     assert back.uns["transform"]["diagnostics"]["ica"]["warm_start"]["0"]["samples"] == 10000
+
+
+def test_transforms_are_scikit_learn_estimators():
+    """get_params/set_params, clone (an unfitted copy with equal parameters) and a Pipeline step
+    whose output equals the estimator's own fit_transform, bit for bit."""
+    from dataclasses import replace
+
+    from sklearn.base import clone
+    from sklearn.pipeline import Pipeline
+
+    data, _ = screen()
+    p = TransformParams(n_components=3)
+    fitted = make_transform("pca_ica", p).fit(data)
+    assert fitted.get_params() == {"params": p}
+    copy = clone(fitted)
+    assert copy is not fitted and copy.params == p and copy.in_features is None and not copy.arrays
+    assert clone(fitted).set_params(params=replace(p, n_components=2)).params.n_components == 2
+    piped = Pipeline([("pca_ica", make_transform("pca_ica", p))]).fit_transform(data)
+    np.testing.assert_array_equal(piped.X, make_transform("pca_ica", p).fit_transform(data).X)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
+from sklearn.base import BaseEstimator
 
 from cellica import __version__
 from cellica.core.adata import make_adata
@@ -114,8 +115,13 @@ def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-class Transform:
-    """Base class: the ``base`` variant (identity). Subclasses override ``_fit``, ``_context`` and ``_apply_block``."""
+class Transform(BaseEstimator):
+    """Base class: the ``base`` variant (identity). Subclasses override ``_fit``, ``_context`` and ``_apply_block``.
+
+    A scikit-learn estimator on AnnData: ``get_params``/``set_params`` (its one parameter,
+    the :class:`TransformParams`), ``sklearn.base.clone`` (an unfitted copy), and a step of
+    an ``sklearn.pipeline.Pipeline`` (``fit(adata, y=None)``, ``fit_transform(adata, y=None)``).
+    """
 
     variant: ClassVar[str] = "base"
     prefix: ClassVar[str] = ""
@@ -128,7 +134,7 @@ class Transform:
         self.in_features: list[str] | None = None
 
     # -- public API
-    def fit(self, adata) -> Transform:
+    def fit(self, adata, y=None) -> Transform:
         """Fit on a features AnnData (controls chosen by ``obs.is_control``, split by ``fit_fraction``)."""
         with fixed_threads():
             return self._fit_adata(adata)
@@ -216,7 +222,7 @@ class Transform:
             at += y.shape[0]
         return out
 
-    def fit_transform(self, adata):
+    def fit_transform(self, adata, y=None):
         return self.fit(adata).transform(adata)
 
     def out_names(self, n: int) -> list[str]:
