@@ -92,7 +92,7 @@ def test_each_seed_after_the_first_refits_only_the_seeded_variants():
                                              "results/features/seeds/pca_ica-9.h5ad"]
 
 
-def test_ground_truth_is_the_simulated_store_or_the_users_table(tmp_path):
+def test_ground_truth_is_the_simulated_screens_tables_or_the_users_table(tmp_path):
     sim = RunPlan({})
     assert sim.evaluate_inputs("pca")["truth"] == "results/truth" == sim.batch_metrics_inputs()["truth"]
     truth = tmp_path / "truth.parquet"
