@@ -84,11 +84,11 @@ class EmbedParams(Params):
     block: int = param(-1, "Transformer block whose output is the embedding: -1 the last (then the final "
                        "norm), 0 the first, -2 the one before the last, ... (intermediate blocks often embed "
                        "biology better: docs/models.md).")
-    device: str = param("auto", "`auto` (CUDA with bf16 autocast if available, else CPU float32), or a device "
-                        "name.")
+    device: str = like(TrainParams, "device", help="`auto` (CUDA with bf16 autocast if available, else CPU "
+                       "float32), or a device name (as mae.device).")
     num_workers: int = like(TrainParams, "num_workers")
-    threads: int = param(NUMERIC_THREADS, "CPU threads of torch while embedding; fixed, like mae.threads, so the "
-                         "embeddings never depend on --cores.", ge=1)
+    threads: int = like(TrainParams, "threads", help="CPU threads of torch while embedding; fixed, like "
+                        "mae.threads, so the embeddings never depend on --cores.")
     model_name: str | None = param(None, "timm architecture of a plain timm-format checkpoint (cellica "
                                    "checkpoints record their own).")
     adapt_channels: bool = param(False, "Allow adapting a checkpoint trained on another channel count (timm "

@@ -65,12 +65,8 @@ class Harmony(_Transductive):
         import harmonypy
 
         p = self.params
-        pca = PCAWhitening(p)
-        pca.in_features = self.in_features
-        pca.arrays.update({k: v for k, v in self.arrays.items() if k.startswith("standardize_")})
-        pca._fit(x, obs, source)
-        ctx = pca._context(x, obs, source)
-        scores = pca._gather(x, obs, np.ones(x.shape[0], bool), lambda xb, ob: pca._scores(xb, ob, ctx))
+        standardize = {k: v for k, v in self.arrays.items() if k.startswith("standardize_")}
+        scores = PCAWhitening(p).fit_scores(x, obs, source, standardize, self.in_features)
         if obs[p.batch_key].nunique() < 2:
             raise CellicaError(f"{source}: harmony needs at least two batches in {p.batch_key!r}")
         ho = harmonypy.run_harmony(scores, obs[[p.batch_key]].astype(str), [p.batch_key], theta=p.harmony_theta,

@@ -94,6 +94,17 @@ class PCAWhitening(Transform):
     def _apply_block(self, x, obs, ctx):
         return self._whiten(x, obs, ctx)
 
+    def fit_scores(self, x, obs: pd.DataFrame, source: str, standardize: dict[str, np.ndarray] | None = None,
+                   in_features: list[str] | None = None) -> np.ndarray:
+        """Fit the PCA on ``x`` (rows of ``obs``) and return every row's projection on the kept
+        components, batch-handled as the whitening is, before the scaling: the input another
+        estimator builds on (Harmony). ``standardize`` are the caller's fitted z-score arrays."""
+        self.in_features = in_features
+        self.arrays.update(standardize or {})
+        self._fit(x, obs, source)
+        ctx = self._context(x, obs, source)
+        return self._gather(x, obs, np.ones(x.shape[0], bool), lambda xb, ob: self._scores(xb, ob, ctx))
+
 
 class PCAICA(PCAWhitening):
     """PCA whitening, then the ICA rotation, fit where the whitening holds."""
