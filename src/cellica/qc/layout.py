@@ -67,17 +67,17 @@ def position_offsets(x: np.ndarray, obs: pd.DataFrame) -> pd.DataFrame:
     ctrl = pos["is_control"].to_numpy(bool)
     if not ctrl.any():
         return empty_table(OFFSETS, "no control tiles")
-    xc = np.array(np.asarray(x)[ctrl], np.float64)
-    c = pos[ctrl].reset_index(drop=True)
-    for _, idx in c.groupby("plate").indices.items():
-        xc[idx] -= xc[idx].mean(axis=0)
-    offset = pd.DataFrame(xc).groupby([c["row"], c["col"]]).mean()
-    plates = c.groupby(["row", "col"])["plate"].nunique()
-    out = pd.DataFrame({"row": offset.index.get_level_values(0).astype(str),
-                        "col": offset.index.get_level_values(1).astype("int64"),
-                        "offset": np.linalg.norm(offset.to_numpy(), axis=1),
-                        "n_plates": plates.loc[offset.index].to_numpy().astype("int64")})
-    return out.reset_index(drop=True)
+    from cellica.transform.layout import (
+        position_offsets as offsets_of,  # the offsets the correction removes
+    )
+
+    keys = (pos["row"] + "-" + pos["col"].astype(str)).to_numpy()
+    offsets, _ = offsets_of(np.asarray(x), pos, keys, ctrl)
+    plates = pos[ctrl].groupby(keys[ctrl])["plate"].nunique()
+    out = pd.DataFrame({"row": [k.split("-")[0] for k in offsets], "col": [int(k.split("-")[1]) for k in offsets],
+                        "offset": [float(np.linalg.norm(v)) for v in offsets.values()],
+                        "n_plates": [int(plates[k]) for k in offsets]})
+    return out.sort_values(["row", "col"], kind="stable").reset_index(drop=True).astype({"col": "int64"})
 
 
 def control_intensity(store: Path, tiles_per_well: int = TILES_PER_WELL, seed: int = 0) -> pd.DataFrame:
