@@ -57,8 +57,8 @@ def demo_whitened(path: str, config: str) -> np.ndarray:
     import yaml
 
     from cellica.core.adata import read_h5ad
-    from cellica.transform.base import controls_mask
     from cellica.transform.params import TransformParams
+    from cellica.transform.steps import controls_mask
     from cellica.transform.variants import make_transform
 
     with open(config) as fh:

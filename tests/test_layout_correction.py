@@ -86,3 +86,25 @@ def test_the_transform_stage_applies_it_before_every_variant_and_records_it(tmp_
         assert out.uns["position_correction"]["same_position_map_after"] < 0.4
     plain = transform_file(tmp_path / "in.h5ad", tmp_path / "plain.h5ad", "base", TransformParams())
     assert "position_correction" not in plain.uns and not np.allclose(plain.X, base.X)
+
+
+def test_the_estimator_itself_corrects_positions_so_every_way_in_does(tmp_path):
+    """Position correction is a step of every variant, not a pre-pass of the command: the
+    in-memory estimator (what cellica.run uses) and `cellica transform` give the same bits, and
+    the diagnostics reach the file. (Before the steps, cellica.run silently skipped it.)"""
+    from cellica.core.adata import read_h5ad, write_h5ad
+    from cellica.transform.files import transform_file
+    from cellica.transform.params import TransformParams
+    from cellica.transform.variants import make_transform
+
+    data = plates()
+    write_h5ad(data, tmp_path / "in.h5ad")
+    p = TransformParams(position_correction=True, n_components=3)
+    in_memory = make_transform("pca", p).fit_transform(read_h5ad(tmp_path / "in.h5ad"))
+    transform_file(tmp_path / "in.h5ad", tmp_path / "out.h5ad", "pca", p)
+    on_disk = read_h5ad(tmp_path / "out.h5ad")
+    np.testing.assert_array_equal(in_memory.X, on_disk.X)
+    assert on_disk.uns["position_correction"]["positions_without_controls"] == 4
+    assert on_disk.uns["transform"]["steps"][0] == "correct_positions"
+    plain = make_transform("pca", TransformParams(n_components=3)).fit_transform(data)
+    assert np.abs(plain.X - in_memory.X).max() > 0.1

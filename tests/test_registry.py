@@ -62,15 +62,22 @@ def test_no_list_of_names_outside_the_registry():
 
 def test_the_registry_is_consistent():
     """Every claim and comparison names registered variants and compared metrics; every
-    variant's estimator exists and its parameters are TransformParams fields; every kind is known."""
+    variant's steps exist, its parameters are TransformParams fields, and they include every
+    parameter its steps read (the DAG re-runs a variant when one of them changes); every kind is known."""
     import dataclasses
 
     from cellica.transform.params import TransformParams
-    from cellica.transform.variants import estimator_class
+    from cellica.transform.steps import step_class
+    from cellica.transform.variants import compose
 
     fields = {f.name for f in dataclasses.fields(TransformParams)}
     for v in VARIANTS.values():
-        assert estimator_class(v.estimator) and set(v.uses) <= fields, v.name
+        assert set(v.uses) <= fields, v.name
+        for entry in (*registry.COMMON_STEPS, *v.steps):
+            assert set(step_class(entry.partition(":")[0]).uses) <= set(v.uses), (v.name, entry)
+        everything = TransformParams(position_correction=True, standardize="controls")
+        names = [s.name for s in compose(v.name, everything)]
+        assert names[:2] == ["correct_positions", "standardize"] and "centre_batches:after" not in names, v.name
         assert v.role in ("paper", "comparator")
     assert registry.PAPER_VARIANTS == registry.CLAIMED_ORDER[::-1] or set(registry.PAPER_VARIANTS) == \
         set(registry.CLAIMED_ORDER)
@@ -102,26 +109,28 @@ def test_the_summary_s_rows_are_the_registry_s_metrics(tmp_path):
     assert set(registry.metrics_of("batch", "truth")) <= shown
 
 
-def test_a_new_variant_is_one_registry_entry_and_one_class(monkeypatch):
+def test_a_new_variant_is_one_registry_entry_and_one_step(monkeypatch):
     """A dummy variant ("pca_sign": PCA whitening with every component's sign flipped) is added
-    by touching two places: its estimator class and its registry entry. The estimator lookup,
-    the seeded list, the DAG's parameters and the report's order follow; the schema's choices
-    and the docs' table are derived from the registry when they are generated."""
+    by touching two places: the one step it needs that no step has, and its registry entry
+    (a composition of existing steps and that one). The composition, the seeded list, the DAG's
+    parameters and the report's order follow; the schema's choices and the docs' table are
+    derived from the registry when they are generated."""
     import anndata as ad
     import pandas as pd
 
     from cellica.config import config_schema
-    from cellica.transform.pca import PCAWhitening
+    from cellica.transform.steps import Step
     from cellica.transform.variants import make_transform
 
-    class PCASign(PCAWhitening):  # place 1: the estimator
-        variant = "pca_sign"
+    class FlipSigns(Step):  # place 1: the step no variant had
+        name = "flip_signs"
+        prefix = "FC"
 
-        def _apply_block(self, x, obs, ctx):
-            return -super()._apply_block(x, obs, ctx)
+        def apply(self, x, obs, ctx):
+            return -x
 
-    entry = replace(VARIANTS["pca"], name="pca_sign", help="PCA whitening, signs flipped", estimator="PCASign",
-                    role="comparator", seeded=True)
+    entry = replace(VARIANTS["pca"], name="pca_sign", help="PCA whitening, signs flipped",
+                    steps=(*VARIANTS["pca"].steps, "flip_signs"), role="comparator", seeded=True)
     monkeypatch.setitem(VARIANTS, "pca_sign", entry)  # place 2: the registry entry
     rng = np.random.default_rng(0)
     obs = pd.DataFrame({"batch": ["B1", "B2"] * 40, "perturbation": ["ctrl"] * 60 + ["g"] * 20,
@@ -129,21 +138,23 @@ def test_a_new_variant_is_one_registry_entry_and_one_class(monkeypatch):
                        index=[f"t{i}" for i in range(80)])
     adata = ad.AnnData(rng.normal(size=(80, 5)).astype(np.float32), obs=obs)
     flipped, plain = make_transform("pca_sign").fit_transform(adata), make_transform("pca").fit_transform(adata)
-    assert isinstance(make_transform("pca_sign"), PCASign)
+    assert [type(s) for s in make_transform("pca_sign").fit(adata).steps][-1] is FlipSigns
     np.testing.assert_array_equal(np.asarray(flipped.X), -np.asarray(plain.X))
+    assert list(flipped.var_names) == [f"FC{i}" for i in range(1, 6)]
     assert "pca_sign" in registry.seeded_variants()
     assert registry.variant_order(["pca_sign", "base", "combat"]) == ["base", "combat", "pca_sign"]
-    assert "`pca_sign` | PCA whitening, signs flipped | `PCASign`" in registry.variants_markdown()
+    assert "`pca_sign` | PCA whitening, signs flipped | `drop_features` → `centre_batches:before` → `pca` → " \
+        "`centre_batches:after` → `flip_signs`" in registry.variants_markdown()
     schema = config_schema()["properties"]["transform"]["properties"]["variants"]
     assert schema["items"]["enum"] == list(registry.VARIANT_NAMES)  # derived (from the registry at import)
 
 
-def test_an_unknown_estimator_is_named():
+def test_an_unknown_step_is_named():
     from cellica.core.errors import CellicaError
-    from cellica.transform.variants import estimator_class
+    from cellica.transform.steps import step_class
 
-    with pytest.raises(CellicaError, match="no Transform subclass has that name"):
-        estimator_class("NoSuchTransform")
+    with pytest.raises(CellicaError, match="no transform step has that name; known: centre_batches, combat"):
+        step_class("no_such_step")
 
 
 def test_docs_variant_table_is_the_registry_s():

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import anndata as ad
 import numpy as np
 import pandas as pd
@@ -112,7 +114,7 @@ def test_constant_features_and_unknown_variant():
 
 
 def test_robust_z_max_by_hand():
-    from cellica.transform.base import robust_z_max
+    from cellica.transform.steps import robust_z_max
 
     x = np.array([[1, 0, 5], [2, 0, 5], [3, 0, 5], [4, 0, 5], [100, 1, 5]], dtype=float)
     # column 0: median 3, deviations 2 1 0 1 97, MAD 1 -> 97 / 1.4826; column 1: MAD 0 but a 1 -> inf;
@@ -339,7 +341,8 @@ def test_a_warm_started_ica_writes_its_stages_into_the_h5ad(tmp_path):
 
 def test_transforms_are_scikit_learn_estimators():
     """get_params/set_params, clone (an unfitted copy with equal parameters) and a Pipeline step
-    whose output equals the estimator's own fit_transform, bit for bit."""
+    whose output equals the estimator's own fit_transform, bit for bit; its steps are estimators
+    too, and a variant is their composition."""
     from dataclasses import replace
 
     from sklearn.base import clone
@@ -348,9 +351,59 @@ def test_transforms_are_scikit_learn_estimators():
     data, _ = screen()
     p = TransformParams(n_components=3)
     fitted = make_transform("pca_ica", p).fit(data)
-    assert fitted.get_params() == {"params": p}
+    assert fitted.get_params() == {"params": p, "variant": "pca_ica"}
     copy = clone(fitted)
     assert copy is not fitted and copy.params == p and copy.in_features is None and not copy.arrays
     assert clone(fitted).set_params(params=replace(p, n_components=2)).params.n_components == 2
     piped = Pipeline([("pca_ica", make_transform("pca_ica", p))]).fit_transform(data)
     np.testing.assert_array_equal(piped.X, make_transform("pca_ica", p).fit_transform(data).X)
+    assert list(fitted.named_steps) == ["drop_features", "centre_batches", "pca", "ica"]
+    assert fitted.named_steps["pca"].get_params() == {"whiten": True, "fit_on": "controls", "n_components": 3,
+                                                      "eig_floor": 1e-6}
+    assert not clone(fitted.named_steps["ica"]).arrays and fitted.named_steps["ica"].arrays["unmixing"].shape == (3, 3)
+
+
+def test_each_step_is_the_operation_it_names_by_hand():
+    """The composition step by step on a tiny screen, each step's output computed here with
+    plain numpy from the fitted arrays: centring by each batch's fitting-control mean, the
+    whitening's projection and scale, the rotation; and the composed output equals the last."""
+    data, _ = screen(n_per=40, d=3)
+    model = make_transform("pca_rand", TransformParams(fit_fraction=1.0)).fit(data)
+    out = model.transform(data)
+    x = np.asarray(data.X, np.float64)
+    obs = data.obs
+    ctrl = obs["is_control"].to_numpy()
+    centred = x.copy()
+    for b in obs["batch"].unique():
+        rows = (obs["batch"] == b).to_numpy()
+        centred[rows] -= x[rows & ctrl].mean(axis=0)
+    pca, rot = model.named_steps["pca"].arrays, model.named_steps["random_rotation"].arrays["rotation"]
+    white = (centred - pca["mean"]) @ pca["components"].T * pca["scale"]
+    np.testing.assert_allclose(np.cov(white[ctrl], rowvar=False), np.eye(3), atol=1e-8)
+    np.testing.assert_allclose(out.X, white @ rot.T, rtol=1e-5, atol=1e-5)
+    assert list(out.var_names) == ["RC1", "RC2", "RC3"] and out.uns["transform"]["steps"] == [
+        "drop_features", "centre_batches", "pca", "random_rotation"]
+
+
+def test_every_variant_under_every_switch_is_bit_for_bit_as_recorded(tmp_path):
+    """tests/golden/transforms.json holds, for 14 settings of the transform stage (standardise,
+    position correction, each batch handling at both stages, fit sets, component counts,
+    feature dropping, the ICA's subsample) x every variant, digests of the fitted file, the
+    model's arrays and the model re-applied to another screen, recorded before the variants
+    became compositions of steps (python -m tests.golden_transforms). Harmony's model now
+    also saves the PCA it built on: those arrays are the one addition."""
+    import json
+
+    from tests.golden import versions
+    from tests.golden_transforms import record
+
+    golden = json.loads((Path(__file__).parent / "golden" / "transforms.json").read_text())
+    if versions() != golden["versions"]:
+        pytest.skip("recorded with other library versions: re-record with python -m tests.golden_transforms")
+    found = record(tmp_path)
+    added = {"model:keep", "model:mean", "model:components", "model:scale"}
+    problems = [f"{key}: {part}" for key, parts in golden["digests"].items() for part, value in parts.items()
+                if found[key].get(part) != value]
+    problems += [f"{key}: new {part}" for key, parts in found.items() for part in parts
+                 if part not in golden["digests"][key] and not (key.endswith("/harmony") and part in added)]
+    assert set(found) == set(golden["digests"]) and not problems, problems

@@ -300,6 +300,8 @@ ADDITIONS = {
     "eval/*/per_gene.parquet": {"roc_mean"},  # the folds' mean ROC, stored for the report to draw
     "qc/*.parquet": {"*"},  # cellica qc: the plate-layout tables the report draws
     "truth/*.parquet": {"*"},  # cellica export-truth: the store's ground truth, as the evaluation reads it
+    # Harmony as a composition of steps saves the PCA it corrects (its own numbers are unchanged).
+    "features/*harmony*.npz": {"keep", "mean", "components", "scale"},
 }
 
 

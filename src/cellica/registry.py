@@ -1,6 +1,6 @@
 """The registry: every list of names the pipeline knows, defined once and torch-free.
 
-* **Variants** (:data:`VARIANTS`): name, what it does, the estimator class, the parameters
+* **Variants** (:data:`VARIANTS`): name, what it does, the steps it is composed of, the parameters
   its result depends on, whether it is re-fit per evaluation seed, and its role (one of the
   paper's four, or a comparator). The schema's choices, the CLI, the DAG (each variant's rule
   receives only the parameters it uses), :func:`cellica.transform.make_transform`, the report's
@@ -11,9 +11,9 @@
 * **Comparisons and claims**: the paired comparisons (:data:`PAIRS`, every pair of the
   paper's variants in the claimed order) and the paper's claims (:data:`CLAIMS`).
 
-Adding a variant is one :class:`Variant` entry here and its estimator class (a
-:class:`cellica.transform.base.Transform` subclass named by ``estimator``); everything else
-is derived (``tests/test_registry.py`` proves no other list of names exists).
+Adding a variant is one :class:`Variant` entry here, naming its steps (and, when it needs an
+operation no step has, that step: a :class:`cellica.transform.steps.Step` subclass); everything
+else is derived (``tests/test_registry.py`` proves no other list of names exists).
 """
 
 from __future__ import annotations
@@ -22,41 +22,46 @@ from dataclasses import dataclass
 from itertools import combinations
 
 # ---------------------------------------------------------------------------- variants
-# Every variant splits the controls into fitting and held-back ones, and may standardise and
-# correct well positions first (cellica.transform.files).
+# Every variant splits the controls into fitting and held-back ones, and may correct well
+# positions and then standardise first (COMMON_STEPS; each is off unless its parameter is set).
 _SPLIT = ("fit_fraction", "seed", "batch_key", "standardize", "position_correction", "position_table")
 _PCA = _SPLIT + ("fit_on", "n_components", "eig_floor", "batch_correction", "batch_stage", "drop_constant",
                  "outlier_cutoff")
 _ICA = ("ica_backend", "ica_fit_on", "ica_max_samples", "ica_max_iter", "ica_tol", "ica_device")
+COMMON_STEPS = ("correct_positions", "standardize")
+# Feature dropping on the whitening's fit rows, batch centring before (or after) the whitening.
+_WHITEN = ("drop_features", "centre_batches:before", "pca", "centre_batches:after")
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One transform variant."""
+    """One transform variant: a named composition of steps."""
 
     name: str
     help: str
-    estimator: str  # the Transform subclass's name (cellica.transform.variants finds it)
+    steps: tuple[str, ...]  # after COMMON_STEPS; "name" or "name:arg" of a cellica.transform.steps.Step
     uses: tuple[str, ...]  # TransformParams fields its result depends on
     seeded: bool = False  # depends on rotation_seed: re-fit per evaluation seed
     role: str = "paper"  # paper (the paper's four) or comparator
 
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant("base", "the features unchanged (after the optional standardisation): the reference row", "Transform",
-            _SPLIT),
+    Variant("base", "the features unchanged (after the optional position correction and standardisation): the "
+            "reference row", (), _SPLIT),
     Variant("pca", "PCA whitening fit on the controls, centred on them; eigenvalue floor; per-batch handling by "
-            "`batch_correction`", "PCAWhitening", _PCA),
+            "`batch_correction`", _WHITEN, _PCA),
     Variant("pca_ica", "`pca`, then the ICA rotation (fit on the whitened fit controls, where the whitening holds; "
             "a fit set that is not white, e.g. `ica_fit_on: all`, is re-whitened first and that is logged)",
-            "PCAICA", _PCA + _ICA, seeded=True),
+            (*_WHITEN, "ica"), _PCA + _ICA, seeded=True),
     Variant("pca_rand", "`pca`, then a seeded Haar-random rotation: the control showing ICA's rotation matters",
-            "PCARandom", _PCA, seeded=True),
-    Variant("sphering", "ZCA whitening on the controls (pycytominer `Spherize`, the JUMP recipe)", "Sphering",
-            _SPLIT + ("drop_constant", "outlier_cutoff", "sphering_epsilon"), role="comparator"),
-    Variant("harmony", "harmonypy on the control-PCA scores, batch from `batch_key` (transductive: cannot map new "
-            "samples)", "Harmony", _PCA + ("harmony_theta", "harmony_max_iter"), seeded=True, role="comparator"),
-    Variant("combat", "scanpy's ComBat on the features (transductive)", "Combat",
+            (*_WHITEN, "random_rotation"), _PCA, seeded=True),
+    Variant("sphering", "ZCA whitening on the controls (pycytominer `Spherize`, the JUMP recipe)",
+            ("drop_features:controls", "zca"), _SPLIT + ("drop_constant", "outlier_cutoff", "sphering_epsilon"),
+            role="comparator"),
+    Variant("harmony", "harmonypy on the control-PCA scores (unscaled), batch from `batch_key` (transductive: "
+            "cannot map new samples)", ("drop_features", "centre_batches:before", "pca:scores", "harmony"),
+            _PCA + ("harmony_theta", "harmony_max_iter"), seeded=True, role="comparator"),
+    Variant("combat", "scanpy's ComBat on the features (transductive)", ("drop_features:all", "combat"),
             _SPLIT + ("drop_constant", "outlier_cutoff"), role="comparator"),
 )}
 VARIANT_NAMES = tuple(VARIANTS)
@@ -70,9 +75,10 @@ def seeded_variants() -> list[str]:
 
 def variants_markdown() -> str:
     """The variant table of docs/configuration.md (written by ``cellica schema --docs``)."""
-    rows = ["| variant | what it does | estimator | role | re-fit per seed |", "|---|---|---|---|---|"]
-    rows += [f"| `{v.name}` | {v.help} | `{v.estimator}` | {v.role} | {'yes' if v.seeded else 'no'} |"
-             for v in VARIANTS.values()]
+    rows = ["| variant | what it does | steps (after the common ones) | role | re-fit per seed |",
+            "|---|---|---|---|---|"]
+    rows += [f"| `{v.name}` | {v.help} | {' → '.join(f'`{s}`' for s in v.steps) or '(none)'} | {v.role} | "
+             f"{'yes' if v.seeded else 'no'} |" for v in VARIANTS.values()]
     return "\n".join(rows)
 
 

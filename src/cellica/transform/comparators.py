@@ -1,4 +1,4 @@
-"""The comparators: ZCA whitening on the controls (pycytominer's Spherize), and the
+"""The comparators' steps: ZCA whitening on the controls (pycytominer's Spherize), and the
 transductive corrections Harmony and ComBat (they correct the samples they were fit on).
 """
 
@@ -9,89 +9,97 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.transform.base import Transform, check_constant, controls_mask
-from cellica.transform.pca import PCAWhitening
+from cellica.transform.steps import Step, controls_mask
 
 log = get_logger("transforms")
 
 
-class Sphering(Transform):
+class ZCA(Step):
     """ZCA whitening on the controls: ``W = V diag(1/sqrt(l + eps)) V^T`` (pycytominer ``Spherize``)."""
 
-    variant = "sphering"
+    name = "zca"
+    uses = ("sphering_epsilon",)
+    owns = ("mean", "w")
 
-    def _fit(self, x, obs, source):
-        p = self.params
-        rows = controls_mask(obs)
-        if not rows.any():
-            raise CellicaError(f"{source}: no control samples to fit sphering on")
-        fit = self._rows(x, rows)
-        keep = check_constant(fit, self.in_features, p, source)
-        fit = fit[:, keep]
+    def __init__(self, epsilon: float = 1e-6):
+        self.epsilon = epsilon
+
+    @classmethod
+    def from_params(cls, p, arg=None):
+        return cls(p.sphering_epsilon)
+
+    def fit(self, rows):
+        ctrl = controls_mask(rows.obs)
+        fit = rows.rows(ctrl)
         mean = fit.mean(axis=0)
         lam, vec = np.linalg.eigh(np.atleast_2d(np.cov(fit - mean, rowvar=False)))
-        w = vec @ np.diag(1.0 / np.sqrt(np.maximum(lam, 0) + p.sphering_epsilon)) @ vec.T
-        self.arrays.update(keep=keep, mean=mean, w=w)
-        self.info.update(fit_rows=int(rows.sum()), epsilon=p.sphering_epsilon, dropped_constant=int((~keep).sum()))
+        w = vec @ np.diag(1.0 / np.sqrt(np.maximum(lam, 0) + self.epsilon)) @ vec.T
+        self.arrays.update(mean=mean, w=w)
+        self.info.update(fit_rows=int(ctrl.sum()), epsilon=self.epsilon)
+        return self
 
-    def _apply_block(self, x, obs, ctx):
-        return (x[:, self.arrays["keep"]] - self.arrays["mean"]) @ self.arrays["w"].T
+    def apply(self, x, obs, ctx):
+        return (x - self.arrays["mean"]) @ self.arrays["w"].T
 
 
-class _Transductive(Transform):
-    """Corrections defined per sample of the fitted data (they cannot map new samples)."""
+class _Transductive(Step):
+    """A correction defined per row of the data it was fit on (it maps no other rows)."""
 
     transductive = True
 
-    def transform(self, adata):
-        if not self._fitted_on(adata):
-            raise CellicaError(
-                f"{self.variant} corrects the samples it was fitted on and cannot be applied to other "
-                "samples; refit it on the combined data"
-            )
-        return super().transform(adata)
+    def __init__(self, batch_key: str = "batch"):
+        self.batch_key = batch_key
 
-    def _apply_all(self, x, obs, source):
-        return self._corrected
+    def _batches(self, rows) -> np.ndarray:
+        if rows.obs[self.batch_key].nunique() < 2:
+            raise CellicaError(f"{rows.source}: {self.name} needs at least two batches in {self.batch_key!r}")
+        return rows.obs[self.batch_key].astype(str).to_numpy()
 
 
-class Harmony(_Transductive):
-    """Harmony on the control-PCA scores (harmonypy), batch from ``batch_key``."""
+class Harmonise(_Transductive):
+    """Harmony (harmonypy) on its input (the control-PCA scores), batch from ``batch_key``."""
 
-    variant = "harmony"
+    name = "harmony"
+    uses = ("harmony_theta", "harmony_max_iter", "batch_key")
     prefix = "H"
 
-    def _fit(self, x, obs, source):
+    def __init__(self, batch_key: str = "batch", theta: float = 2.0, max_iter: int = 10, seed: int = 0):
+        self.batch_key, self.theta, self.max_iter, self.seed = batch_key, theta, max_iter, seed
+
+    @classmethod
+    def from_params(cls, p, arg=None):
+        return cls(p.batch_key, p.harmony_theta, p.harmony_max_iter, p.random_seed)
+
+    def fit(self, rows):
         import harmonypy
 
-        p = self.params
-        standardize = {k: v for k, v in self.arrays.items() if k.startswith("standardize_")}
-        scores = PCAWhitening(p).fit_scores(x, obs, source, standardize, self.in_features)
-        if obs[p.batch_key].nunique() < 2:
-            raise CellicaError(f"{source}: harmony needs at least two batches in {p.batch_key!r}")
-        ho = harmonypy.run_harmony(scores, obs[[p.batch_key]].astype(str), [p.batch_key], theta=p.harmony_theta,
-                                   max_iter_harmony=p.harmony_max_iter, random_state=p.random_seed, verbose=False)
+        scores = rows.all()
+        self._batches(rows)
+        ho = harmonypy.run_harmony(scores, rows.obs[[self.batch_key]].astype(str), [self.batch_key],
+                                   theta=self.theta, max_iter_harmony=self.max_iter, random_state=self.seed,
+                                   verbose=False)
         z = np.asarray(ho.Z_corr)
-        self._corrected = z if z.shape[0] == x.shape[0] else z.T
-        self.info.update(n_components=int(scores.shape[1]), theta=p.harmony_theta,
-                         iterations=int(len(getattr(ho, "objective_harmony", [])) or p.harmony_max_iter))
+        self.corrected_ = z if z.shape[0] == scores.shape[0] else z.T
+        self.info.update(n_components=int(scores.shape[1]), theta=self.theta,
+                         iterations=int(len(getattr(ho, "objective_harmony", [])) or self.max_iter))
+        return self
 
 
-class Combat(_Transductive):
-    """ComBat (scanpy.pp.combat) on the features, batch from ``batch_key``."""
+class ComBat(_Transductive):
+    """ComBat (``scanpy.pp.combat``) on its input, batch from ``batch_key``."""
 
-    variant = "combat"
+    name = "combat"
+    uses = ("batch_key",)
 
-    def _fit(self, x, obs, source):
+    @classmethod
+    def from_params(cls, p, arg=None):
+        return cls(p.batch_key)
+
+    def fit(self, rows):
         import anndata as ad
         import scanpy as sc
 
-        p = self.params
-        if obs[p.batch_key].nunique() < 2:
-            raise CellicaError(f"{source}: combat needs at least two batches in {p.batch_key!r}")
-        x = self._rows(x, slice(None))  # ComBat corrects the whole matrix at once
-        keep = check_constant(x, self.in_features, p, source)
-        tmp = ad.AnnData(x[:, keep], obs=pd.DataFrame({"b": obs[p.batch_key].astype(str).to_numpy()},
-                                                                          index=obs.index.astype(str)))
-        self._corrected = np.asarray(sc.pp.combat(tmp, key="b", inplace=False))
-        self.arrays["keep"] = keep
+        batches = self._batches(rows)
+        tmp = ad.AnnData(rows.all(), obs=pd.DataFrame({"b": batches}, index=rows.obs.index.astype(str)))
+        self.corrected_ = np.asarray(sc.pp.combat(tmp, key="b", inplace=False))
+        return self

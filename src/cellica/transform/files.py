@@ -30,12 +30,7 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
     if apply:
         model = Transform.load(apply)
         log.info("applying the saved %s transform %s to %s", model.variant, apply, input)
-        if model.params.position_correction:  # new data: its own controls give the position offsets
-            from cellica.transform.layout import correct_positions, read_positions
-
-            table = read_positions(model.params.position_table) if model.params.position_table else None
-            adata = correct_positions(adata, adata.obs["is_control"].to_numpy(bool), table)
-        try:
+        try:  # new data: its own controls give the per-batch and per-position statistics
             result = model.transform(adata)
         except (ValueError, IndexError, KeyError) as exc:  # shapes of the model against these features
             raise CellicaError(f"transform model {apply} cannot be applied to {input} ({type(exc).__name__}: "
@@ -45,10 +40,7 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
         return result
     if not variant:
         raise CellicaError("transform: give a variant (to fit) or a saved transform to apply")
-    params = params or TransformParams()
-    if params.position_correction:
-        adata = _position_corrected(adata, params)
-    model = make_transform(variant, params)
+    model = make_transform(variant, params or TransformParams())
     result = model.fit_transform(adata)
     result.uns[SOURCE_UNS] = source
     if not model_out:
@@ -58,12 +50,3 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
         seal(result).write_h5ad(tmp_out)
         model.write(tmp_model)
     return result
-
-
-def _position_corrected(adata, p: TransformParams):
-    """The well-position correction on the controls that fit the transform (the same seeded split)."""
-    from cellica.transform.base import fit_control_mask
-    from cellica.transform.layout import correct_positions, read_positions
-
-    fit = fit_control_mask(adata.obs, p.fit_fraction, p.seed, p.batch_key)
-    return correct_positions(adata, fit, read_positions(p.position_table) if p.position_table else None)

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import os
 
+import anndata as ad
 import numpy as np
 import pandas as pd
 
 from cellica.core.adata import aggregate_wells, make_adata
+from cellica.core.contracts import FIT_COL
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.core.textables import read_text_table
+from cellica.transform.rows import row_blocks
+from cellica.transform.steps import Rows, Step, controls_mask
 
 log = get_logger("transforms")
 
@@ -88,26 +92,64 @@ def same_position_map(adata, positions: np.ndarray, seed: int = 0) -> float:
     return float(ap["average_precision"].mean())
 
 
+class PositionCorrection(Step):
+    """Well-position correction (the module's text): the offsets come from the fitting controls
+    of the data being transformed, so a new screen is corrected by its own controls. The
+    corrected rows are rounded to float32, as a features file stores them."""
+
+    name = "correct_positions"
+    uses = ("position_correction", "position_table")
+    uns_key = "position_correction"
+
+    def __init__(self, table: str | pd.DataFrame | None = None):
+        self.table = table
+
+    @classmethod
+    def from_params(cls, p, arg=None):
+        return cls(p.position_table) if p.position_correction else None
+
+    def context(self, rows):
+        table = read_positions(self.table) if isinstance(self.table, str | os.PathLike) else self.table
+        positions = well_positions(rows.obs, table, rows.source)
+        fit = controls_mask(rows.obs)
+        offsets, _ = position_offsets(rows.rows(fit), rows.obs[fit], positions[fit], np.ones(int(fit.sum()), bool))
+        names = pd.Index(sorted(set(positions)))
+        uncovered = len(names.difference(list(offsets)))
+        shift = np.stack([offsets.get(q, np.zeros(rows.n_features)) for q in names])
+        ctx = {"table": table, "names": names, "shift": shift}
+        before = rows.all().astype(np.float32)
+        after = np.empty_like(before)
+        for sl in row_blocks(len(after)):
+            after[sl] = self.apply(before[sl].astype(np.float64), rows.obs.iloc[sl], ctx)
+        obs = rows.obs.copy()
+        obs.index = obs.index.astype(str)
+        ctx["report"] = {"positions": len(names), "positions_without_controls": uncovered,
+                         "same_position_map_before": same_position_map(ad.AnnData(before, obs=obs), positions),
+                         "same_position_map_after": same_position_map(ad.AnnData(after, obs=obs), positions)}
+        log.info("well-position correction: %d positions (%d without fitting controls, left as they were); "
+                 "same-position control mAP %.3f -> %.3f", len(names), uncovered,
+                 ctx["report"]["same_position_map_before"], ctx["report"]["same_position_map_after"])
+        return ctx
+
+    def apply(self, x, obs, ctx):
+        at = ctx["names"].get_indexer(well_positions(obs, ctx["table"]))
+        return np.asarray(x - ctx["shift"][at], np.float32).astype(np.float64)
+
+    def report(self, ctx):
+        return ctx["report"]
+
+
 def correct_positions(adata, fit: np.ndarray, table: pd.DataFrame | None = None):
     """The features with each position's offset (estimated on the fitting controls ``fit``)
-    removed, and the diagnostics in ``uns['position_correction']``: positions, positions left
-    as they were, same-position control mAP before and after."""
-    from cellica.transform.rows import row_blocks
-
+    removed (:class:`PositionCorrection`), and the diagnostics in ``uns['position_correction']``:
+    positions, positions left as they were, same-position control mAP before and after."""
     source = str(adata.uns.get("provenance", {}).get("store", "features"))
-    positions = well_positions(adata.obs, table, source)
-    offsets, uncovered = position_offsets(adata.X, adata.obs, positions, fit)
-    codes, names = pd.factorize(positions)
-    shift = np.stack([offsets.get(q, np.zeros(adata.n_vars)) for q in names])
-    x = np.empty(adata.shape, np.float32)
-    for sl in row_blocks(adata.n_obs):  # block by block: no float64 copy of the whole matrix
-        x[sl] = np.asarray(adata.X[sl], np.float64) - shift[codes[sl]]
+    obs = adata.obs.copy()
+    obs[FIT_COL] = np.asarray(fit, bool)
+    step = PositionCorrection(table)
+    rows = Rows(adata.X, obs, source, list(map(str, adata.var_names)))
+    ctx = step.context(rows)
+    x = rows.then(step, ctx).all().astype(np.float32)
     out = make_adata(x, adata.obs, list(adata.var_names), dict(adata.uns), source)
-    info = {"positions": len(names), "positions_without_controls": uncovered,
-            "same_position_map_before": same_position_map(adata, positions),
-            "same_position_map_after": same_position_map(out, positions)}
-    out.uns["position_correction"] = info
-    log.info("well-position correction: %d positions (%d without fitting controls, left as they were); "
-             "same-position control mAP %.3f -> %.3f", info["positions"], uncovered,
-             info["same_position_map_before"], info["same_position_map_after"])
+    out.uns["position_correction"] = step.report(ctx)
     return out

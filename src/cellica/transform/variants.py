@@ -1,52 +1,57 @@
 """Feature transforms: PCA whitening on controls, ICA, a random rotation, and comparators.
 
-Each variant is a scikit-learn-style estimator on AnnData: ``fit`` on one
-features file, ``transform`` any other with the same features, ``save``/``load``
-to a small ``.npz`` (arrays plus JSON; never pickle). What each variant does, and which
-class computes it, is in the registry (:data:`cellica.registry.VARIANTS`).
+A variant is a named composition of steps (:mod:`cellica.transform.steps`): the registry
+lists each variant's steps (:data:`cellica.registry.VARIANTS`), :func:`compose` builds them
+from the stage's parameters, and :class:`~cellica.transform.base.Transform` fits and applies
+them as one scikit-learn-style estimator on AnnData: ``fit`` on one features file,
+``transform`` any other with the same features, ``save``/``load`` to a small ``.npz``
+(arrays plus JSON; never pickle).
 
-Batches (``batch_key``) are handled in the PCA family by ``batch_correction``:
-``null`` (one global fit), ``center`` (subtract each batch's control mean) or
-``center_scale`` (also divide by each batch's control standard deviation), at
-``batch_stage`` ``before`` the whitening (on the raw features) or ``after`` it (the
-"TVN" practice). Per-batch statistics always come from the controls of the data
-being transformed, so a new plate is corrected by its own controls. The default,
-``center``, removes additive batch offsets while keeping a single global linear
-map, which is what the identifiability argument (whitening leaves a rotation,
-ICA picks it) needs; centring commutes with the linear map, so its stage does
-not matter.
+Every variant, ``base`` included, may first correct well positions (``position_correction``,
+the JUMP recipe's first step) and then standardise on the fitting controls (``standardize``).
+Batches (``batch_key``) are handled in the PCA family by ``batch_correction``: ``null`` (one
+global fit), ``center`` (subtract each batch's control mean) or ``center_scale`` (also divide
+by each batch's control standard deviation), at ``batch_stage`` ``before`` the whitening (on
+the raw features) or ``after`` it (the "TVN" practice). Per-batch statistics always come from
+the controls of the data being transformed, so a new plate is corrected by its own controls.
+The default, ``center``, removes additive batch offsets while keeping a single global linear
+map, which is what the identifiability argument (whitening leaves a rotation, ICA picks it)
+needs; centring commutes with the linear map, so its stage does not matter.
 """
 
 from __future__ import annotations
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.registry import VARIANTS
-from cellica.transform import comparators, pca  # noqa: F401  (their classes are the registry's estimators)
+from cellica.registry import COMMON_STEPS, VARIANTS
+from cellica.transform import comparators, layout, pca  # noqa: F401  (their steps are the registry's)
 from cellica.transform.base import Transform
 from cellica.transform.params import TransformParams
+from cellica.transform.steps import Step, step_class
 
 log = get_logger("transforms")
 
 
-# ---------------------------------------------------------------------- helpers
+def compose(variant: str, params: TransformParams) -> list[Step]:
+    """The steps of ``variant`` as ``params`` configure them, unfitted, in order: the registry's
+    common steps, then the variant's (a step the parameters switch off is left out).
 
-
-def estimator_class(name: str) -> type[Transform]:
-    """The :class:`Transform` subclass called ``name`` (a registry entry's ``estimator``): no
-    second list of classes to keep in step with the registry."""
-    found, todo = {}, [Transform]
-    while todo:
-        cls = todo.pop()
-        found.setdefault(cls.__name__, cls)
-        todo.extend(cls.__subclasses__())
-    if name not in found:
-        raise CellicaError(f"the registry names estimator {name!r}, but no Transform subclass has that name")
-    return found[name]
+    A registry entry names a step ``name`` or ``name:arg`` (e.g. ``centre_batches:after``,
+    ``pca:scores``); the step class of that name builds itself (``from_params(params, arg)``).
+    """
+    if variant not in VARIANTS:
+        raise CellicaError(f"unknown transform variant {variant!r}; choose from {', '.join(VARIANTS)}")
+    steps = []
+    for entry in (*COMMON_STEPS, *VARIANTS[variant].steps):
+        name, _, arg = entry.partition(":")
+        step = step_class(name).from_params(params, arg or None)
+        if step is not None:
+            steps.append(step)
+    return steps
 
 
 def make_transform(variant: str, params: TransformParams | None = None) -> Transform:
-    """The estimator for a variant name (see :data:`cellica.registry.VARIANTS`)."""
+    """The estimator of a variant name (see :data:`cellica.registry.VARIANTS`)."""
     if variant not in VARIANTS:
         raise CellicaError(f"unknown transform variant {variant!r}; choose from {', '.join(VARIANTS)}")
-    return estimator_class(VARIANTS[variant].estimator)(params or TransformParams())
+    return Transform(variant, params or TransformParams())
