@@ -63,6 +63,23 @@ def test_pca_whitens_controls_and_removes_batch_offsets():
     assert np.linalg.norm(gap) > 1.0
 
 
+def test_pca_equals_scikit_learn_s_whitened_pca_signs_included():
+    """The pca variant on one batch without batch handling is scikit-learn's PCA(whiten=True)
+    fit on the fitting controls, component signs included (the largest loading positive:
+    LAPACK's own sign would make LightGBM's numbers depend on the BLAS library)."""
+    from sklearn.decomposition import PCA
+
+    data, _ = screen(n_per=150, d=5)
+    data.obs["batch"] = "B1"
+    p = TransformParams(batch_correction=None, n_components=4, fit_fraction=1.0)
+    ours = make_transform("pca", p).fit(data)
+    x = np.asarray(data.X, np.float64)
+    ref = PCA(n_components=4, whiten=True, svd_solver="full").fit(x[data.obs["is_control"].to_numpy()])
+    np.testing.assert_allclose(ours.transform(data).X, ref.transform(x), rtol=1e-4, atol=1e-4)
+    comps = ours.named_steps["pca"].arrays["components"]
+    assert (comps[np.arange(4), np.abs(comps).argmax(axis=1)] > 0).all()
+
+
 def test_n_components_fraction_and_floor():
     data, _ = screen()
     x = np.asarray(data.X).copy()
@@ -389,9 +406,10 @@ def test_every_variant_under_every_switch_is_bit_for_bit_as_recorded(tmp_path):
     """tests/golden/transforms.json holds, for 14 settings of the transform stage (standardise,
     position correction, each batch handling at both stages, fit sets, component counts,
     feature dropping, the ICA's subsample) x every variant, digests of the fitted file, the
-    model's arrays and the model re-applied to another screen, recorded before the variants
-    became compositions of steps (python -m tests.golden_transforms). Harmony's model now
-    also saves the PCA it built on: those arrays are the one addition."""
+    model's arrays and the model re-applied to another screen (python -m tests.golden_transforms).
+    Recorded before the variants became compositions of steps, which left every bit as it was
+    (Harmony's model gained the PCA arrays it builds on); re-recorded when the PCA's component
+    signs became scikit-learn's (#32)."""
     import json
 
     from tests.golden import versions
@@ -401,9 +419,8 @@ def test_every_variant_under_every_switch_is_bit_for_bit_as_recorded(tmp_path):
     if versions() != golden["versions"]:
         pytest.skip("recorded with other library versions: re-record with python -m tests.golden_transforms")
     found = record(tmp_path)
-    added = {"model:keep", "model:mean", "model:components", "model:scale"}
     problems = [f"{key}: {part}" for key, parts in golden["digests"].items() for part, value in parts.items()
                 if found[key].get(part) != value]
     problems += [f"{key}: new {part}" for key, parts in found.items() for part in parts
-                 if part not in golden["digests"][key] and not (key.endswith("/harmony") and part in added)]
+                 if part not in golden["digests"][key]]
     assert set(found) == set(golden["digests"]) and not problems, problems

@@ -17,7 +17,8 @@ log = get_logger("transforms")
 
 @dataclass
 class Whitening:
-    """``z = (x - mean) @ components.T * scale`` has identity covariance on the fit set."""
+    """``z = (x - mean) @ components.T * scale`` has identity covariance on the fit set; each
+    component's largest loading is positive (scikit-learn's sign convention)."""
 
     mean: np.ndarray
     components: np.ndarray  # k x d
@@ -56,6 +57,10 @@ def fit_whitening(fit: np.ndarray, n_components: float | None, eig_floor: float,
     eigval, eigvec = np.linalg.eigh(cov)
     order = np.argsort(eigval)[::-1]
     eigval, eigvec = eigval[order], eigvec[:, order]
+    # An eigenvector's sign is LAPACK's choice (MKL and OpenBLAS differ), and LightGBM is not
+    # sign-invariant (its bins are laid out around 0): fix it as scikit-learn's PCA does, the
+    # largest loading of each component positive, so the numbers do not depend on the library.
+    eigvec = eigvec * np.sign(eigvec[np.argmax(np.abs(eigvec), axis=0), np.arange(d)])
     k = n_kept(eigval, n, d, n_components, eig_floor, source, label)
     floor = eig_floor * max(float(eigval[0]), 1e-30)
     lam = np.maximum(eigval[:k], floor)
