@@ -1,7 +1,8 @@
 """The control budget (``evaluate.max_controls``): what it changes and what it saves.
 
     python benchmarks/controls.py [--controls 20000,80000] [--budgets 2000,5000,10000] [--genes 24]
-                                  [--dims 128] [--seeds 0,1] [--threads 2] [--docs]
+                                  [--dims 128] [--seeds 0,1] [--threads 2] [--bbbc021-budgets 36,54]
+                                  [--docs] [--hpc]
 
 For each screen size, every gene is classified against all controls (the default, the
 paper's recipe) and with each budget, with the same seeds, in this one process. Per metric
@@ -44,21 +45,27 @@ def seed_noise(table: pd.DataFrame, metric: str) -> float:
     return float((wide.iloc[:, 0] - wide.iloc[:, 1]).abs().mean()) if wide.shape[1] > 1 else float("nan")
 
 
-def compare(controls: int, args) -> tuple[list[dict], list[dict]]:
-    data = make_screen(args.genes, controls, args.dims, 64, seed=3)
-    base = EvalParams(seeds=args.seeds)
+def compare(controls: int, args, data=None, base: EvalParams | None = None, budgets=None,
+            screen: str = "simulated") -> tuple[list[dict], list[dict]]:
+    """Every gene against all controls and under each budget, same seeds; ``data`` defaults to
+    the simulated screen of ``controls`` controls."""
+    data = make_screen(args.genes, controls, args.dims, 64, seed=3) if data is None else data
+    base = base or EvalParams(seeds=args.seeds)
+    n_genes = data.obs.loc[~data.obs["is_control"], "perturbation"].nunique()
     full, t_full = timed(data, base, args.threads)
-    print(f"{controls} controls, all: {t_full / args.genes:.2f} s/gene", flush=True)
-    rows, speed = [], [{"controls": controls, "budget": "all", "s/gene": t_full / args.genes, "speed-up": 1.0}]
-    for budget in args.budgets:
+    print(f"{screen} {controls} controls, all: {t_full / n_genes:.2f} s/gene", flush=True)
+    rows, speed = [], [{"screen": screen, "controls": controls, "budget": "all", "s/gene": t_full / n_genes,
+                        "speed-up": 1.0}]
+    for budget in budgets or args.budgets:
         sub, t_sub = timed(data, replace(base, max_controls=budget), args.threads)
-        speed.append({"controls": controls, "budget": budget, "s/gene": t_sub / args.genes,
+        speed.append({"screen": screen, "controls": controls, "budget": budget, "s/gene": t_sub / n_genes,
                       "speed-up": t_full / t_sub})
-        print(f"{controls} controls, budget {budget}: {t_sub / args.genes:.2f} s/gene", flush=True)
+        print(f"{screen} {controls} controls, budget {budget}: {t_sub / n_genes:.2f} s/gene", flush=True)
         for metric, label in METRICS.items():
             d = paired(sub, full, metric)
             mean, lo, hi = bootstrap_ci(d, seed=0)
-            rows.append({"controls": controls, "budget": budget, "metric": label, "genes": int(d.size),
+            rows.append({"screen": screen, "controls": controls, "budget": budget, "metric": label,
+                         "genes": int(d.size),
                          "seeds": len(args.seeds), "budget - all": mean, "95% CI low": lo, "95% CI high": hi,
                          "agrees": "yes" if lo <= 0 <= hi and -0.01 <= lo and hi <= 0.01 else "NO",
                          "mean abs diff per gene": float(d.abs().mean()),
@@ -75,7 +82,10 @@ def main() -> None:
     ap.add_argument("--dims", type=int, default=128)
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bbbc021-budgets", default="",
+                    help="also BBBC021 by MoA (held-back DMSO wells as controls) under these budgets, e.g. 36,54")
     ap.add_argument("--docs", action="store_true", help="write the tables into docs/benchmarks.md")
+    ap.add_argument("--hpc", action="store_true", help="write the sizing table into docs/hpc.md")
     args = ap.parse_args()
     args.budgets = [int(b) for b in args.budgets.split(",")]
     args.seeds = [int(s) for s in args.seeds.split(",")]
@@ -85,6 +95,19 @@ def main() -> None:
         a, s = compare(controls, args)
         agreement += a
         speed += s
+    if args.bbbc021_budgets:
+        from evaluate import bbbc021
+
+        data = bbbc021("Metadata_MoA")
+        if data is None:
+            print("BBBC021: skipped (../shared/data is absent)")
+        else:
+            held = data[~(data.obs["is_control"] & data.obs["transform_fit"])].copy()
+            base = EvalParams(seeds=args.seeds, min_samples=3, min_data_in_leaf=3, min_controls_per_batch=5)
+            a, s = compare(int(held.obs["is_control"].sum()), args, held, base,
+                           [int(b) for b in args.bbbc021_budgets.split(",")], "BBBC021 by MoA")
+            agreement += a
+            speed += s
     agreement, speed = pd.DataFrame(agreement), pd.DataFrame(speed)
     with pd.option_context("display.width", 250, "display.max_columns", 20):
         print(agreement.to_string(index=False, float_format=lambda v: f"{v:+.4f}"))
@@ -95,6 +118,21 @@ def main() -> None:
                 f"{','.join(map(str, args.seeds))}, {args.threads} genes in parallel, one process.")
         write_block(DOCS / "benchmarks.md", "control-budget", f"{head}\n\n{markdown(agreement, '+.4f')}")
         write_block(DOCS / "benchmarks.md", "control-budget-speed", markdown(speed, ".2f"))
+    if args.hpc:
+        write_block(DOCS / "hpc.md", "control-budget-sizing", sizing(agreement, speed))
+
+
+def sizing(agreement: pd.DataFrame, speed: pd.DataFrame) -> str:
+    """Per screen and budget: the speed-up and each metric's mean change [95% CI] against all controls."""
+    rows = []
+    for (screen, controls, budget), part in agreement.groupby(["screen", "controls", "budget"], sort=False):
+        sp = speed[(speed["screen"] == screen) & (speed["controls"] == controls) & (speed["budget"] == budget)]
+        row = {"screen": screen, "controls": controls, "budget": budget, "speed-up": sp["speed-up"].iloc[0]}
+        for _, r in part.iterrows():
+            row[f"{r['metric']} change [95% CI]"] = f"{r['budget - all']:+.3f} [{r['95% CI low']:+.3f}, " \
+                                                    f"{r['95% CI high']:+.3f}]"
+        rows.append(row)
+    return markdown(pd.DataFrame(rows), ".2f")
 
 
 if __name__ == "__main__":
