@@ -117,7 +117,9 @@ class PositionCorrection(Step):
         uncovered = len(names.difference(list(offsets)))
         shift = np.stack([offsets.get(q, np.zeros(rows.n_features)) for q in names])
         ctx = {"table": table, "names": names, "shift": shift}
-        before = rows.all().astype(np.float32)
+        # The step's input for the diagnostic: the stored float32 matrix itself when it comes first
+        # (no float64 copy of a genome-scale matrix), else the rows through the steps before it.
+        before = np.asarray(rows.x, np.float32) if not rows.steps else rows.all().astype(np.float32)
         after = np.empty_like(before)
         for sl in row_blocks(len(after)):
             after[sl] = self.apply(before[sl].astype(np.float64), rows.obs.iloc[sl], ctx)
