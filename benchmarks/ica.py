@@ -2,7 +2,7 @@
 
     python benchmarks/ica.py [--shapes 22062x128,22062x384,100000x384] [--backends cellica,sklearn,picard]
                              [--max-iter 200] [--demo results/embeddings/seed0/embeddings.h5ad]
-                             [--transform-stage]
+                             [--transform-stage] [--iteration-cost 22062x384]
 
 Synthetic data, as the pipeline hands them to ICA: Laplace sources mixed by a random
 (Gaussian, non-orthogonal) matrix, then whitened *exactly* on their sample covariance with
@@ -12,6 +12,10 @@ sample covariance is the identity; the true unmixing in that whitened space is k
 Real-shaped data (``--demo``): the demo's embeddings whitened on their controls as the
 transform stage does (no known mixing: the relative gradient is reported instead).
 ``--transform-stage`` also times the whole pca_ica transform on the last shape.
+``--iteration-cost`` breaks our solver's time at one shape into its parts: how many
+contrast evaluations and gradients the fit makes, and what each costs on this machine
+(the two float32 matrix products at their measured GFLOP/s, the fused elementwise pass),
+so the fit's floor on this path is known (docs/benchmarks.md, block ica-iteration-cost).
 
 Every back-end is timed after a small warm-up fit (torch's and BLAS's first-call
 costs are not the solver's), with the same ``--max-iter`` and ``tol`` (1e-4). A
@@ -113,6 +117,80 @@ def write_docs(tables: dict[str, pd.DataFrame], args) -> None:
     write_block(DOCS / "benchmarks.md", "ica-speed", "\n".join(parts))
 
 
+def _best_of(fn, repeats: int = 7) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def iteration_cost(shape: str) -> pd.DataFrame:
+    """Our solver's fit at ``shape``, counted by part: each part's calls, its best-of-7 cost
+    per call on the fit's own thread count, and the product; the fit's own wall time last."""
+    import torch
+
+    from cellica.core.threads import NUMERIC_THREADS
+    from cellica.transform import ica_solver
+
+    n, d = (int(v) for v in shape.split("x"))
+    x, _ = synthetic(n, d)
+    calls = {"rotate": 0, "evaluate": 0, "grad": 0}
+    originals = {k: getattr(ica_solver._Problem, k) for k in calls}
+
+    def counting(name):
+        def wrapped(self, *a):
+            calls[name] += 1 if self.n == n else 0  # the full-data stage only; the warm start is its own row
+            return originals[name](self, *a)
+        return wrapped
+
+    for k in calls:
+        setattr(ica_solver._Problem, k, counting(k))
+    try:
+        t0 = time.perf_counter()
+        res = fit_rotation(x, IcaParams(backend="cellica", max_iter=200, tol=1e-4))
+        wall = time.perf_counter() - t0
+    finally:
+        for k, f in originals.items():
+            setattr(ica_solver._Problem, k, f)
+    torch.set_num_threads(NUMERIC_THREADS)
+    prob = ica_solver._Problem(torch.as_tensor(np.ascontiguousarray(x.T)), torch)
+    w = torch.as_tensor(res.rotation, dtype=torch.float64)
+    y = prob.rotate(w.float())
+    _, psi = prob.evaluate(y)
+    signs = torch.ones(d, dtype=torch.float64)
+    each = {"rotate": _best_of(lambda: prob.rotate(w.float())), "evaluate": _best_of(lambda: prob.evaluate(y)),
+            "grad": _best_of(lambda: prob.grad(y, psi, signs))}
+    what = {"rotate": f"W @ X: one float32 GEMM, {2 * d * d * n / each['rotate'] / 1e9:.0f} GFLOP/s",
+            "evaluate": "log cosh and tanh: one fused elementwise pass",
+            "grad": f"tanh(Y) @ Y^T: one float32 GEMM, {2 * d * d * n / each['grad'] / 1e9:.0f} GFLOP/s"}
+    rows = [{"part": k, "what": what[k], "calls": calls[k], "ms per call": 1e3 * each[k],
+             "seconds": calls[k] * each[k]} for k in calls]
+    floor = sum(r["seconds"] for r in rows)
+    warm = res.diagnostics.get("warm_start", [])
+    rows.append({"part": "full-data parts together", "what": f"{res.diagnostics['n_iter']} iterations, converged "
+                 f"{res.diagnostics['converged']}", "calls": np.nan, "ms per call": np.nan, "seconds": floor})
+    rows.append({"part": "whole fit (wall)", "what": "warm start on " + ", ".join(
+                 f"{s['samples']:,} rows ({s['n_iter']} iterations)" for s in warm) + ", then all rows",
+                 "calls": np.nan, "ms per call": np.nan, "seconds": wall})
+    return pd.DataFrame(rows)
+
+
+def write_cost_docs(table: pd.DataFrame, shape: str) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _docs import DOCS, markdown, write_block
+
+    text = (f"`python benchmarks/ica.py --shapes '' --backends cellica --iteration-cost {shape} --docs` (one "
+            "process; calls counted in the fit itself, each part's cost the best of 7 calls after the fit, on the "
+            "fit's own thread count):\n\n" + markdown(table, floatfmt=".4g"))
+    write_block(DOCS / "benchmarks.md", "ica-iteration-cost", text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="22062x128,22062x384")
@@ -121,6 +199,8 @@ def main() -> None:
     ap.add_argument("--demo", default=None, help="embeddings .h5ad for the real-shaped case")
     ap.add_argument("--config", default="config/config.yaml", help="its transform settings whiten --demo")
     ap.add_argument("--transform-stage", action="store_true", help="also time the whole pca_ica transform")
+    ap.add_argument("--iteration-cost", default=None, metavar="NxD",
+                    help="break our solver's fit at this shape into its parts")
     ap.add_argument("--docs", action="store_true", help="write the tables into docs/benchmarks.md (ica-speed)")
     args = ap.parse_args()
     backends = args.backends.split(",")
@@ -140,8 +220,13 @@ def main() -> None:
         if "sklearn" in set(t.backend):
             t["speed-up vs sklearn"] = float(t.loc[t.backend == "sklearn", "seconds"].iloc[0]) / t["seconds"]
         print(f"-- {name}\n{t.to_string(index=False, float_format=lambda v: f'{v:.4g}')}")
-    if args.docs:
+    if args.docs and tables:
         write_docs(tables, args)
+    if args.iteration_cost:
+        cost = iteration_cost(args.iteration_cost)
+        print(f"\n== our solver at {args.iteration_cost}, by part\n{cost.to_string(index=False)}")
+        if args.docs:
+            write_cost_docs(cost, args.iteration_cost)
     if args.transform_stage:
         import anndata as ad
 
