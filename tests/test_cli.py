@@ -117,7 +117,7 @@ def test_every_path_option_has_a_role():
     from cellica.cli.parser import COMMANDS, INPUT_OPTIONS, OUTPUT_OPTIONS, _params
 
     # the commands' own options that are not files
-    not_files = {"overwrite", "stat_tiles", "max_rows", "verify", "variant", "shard", "chunk", "threads",
+    not_files = {"overwrite", "stat_tiles", "max_rows", "verify", "variant", "shard", "chunk", "threads", "check",
                  "config_hash", "gene", "part", "index_only", "entity", "seed"}
     seen = set()
     for name, _, _, args, params in COMMANDS:

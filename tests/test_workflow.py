@@ -1,5 +1,6 @@
 """End-to-end: the real Snakefile on a tiny config, in a scratch working directory."""
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -321,6 +322,25 @@ def test_every_number_on_the_index_equals_its_table(tiny_run):
     """The per-variant table (mean [95% CI]) and the claims on the rendered index, number by
     number, against summary.parquet."""
     check_index_numbers(tiny_run / "results", tiny_run / "reports")
+
+
+def test_the_index_shows_the_software_the_run_recorded(tiny_run):
+    """results/environment.json is this environment, and the index's Software section shows
+    its digest, its verdict on the lock and the key packages' versions, as rendered."""
+    import html
+    import json
+
+    from cellica.core.environment import KEY_PACKAGES, digest, installed
+
+    record = json.loads((tiny_run / "results" / "environment.json").read_text())
+    assert record["packages"] == installed() and record["software_digest"] == digest(installed())
+    page = html.unescape((tiny_run / "reports" / "index.html").read_text())
+    section = page.split('<h3 id="software">Software</h3>')[1].split("</table>")[0]
+    assert f"software digest {record['software_digest'][:16]}" in section
+    assert ("every package at the version of the lock" in section) == bool(record["matches_lock"])
+    shown = dict(re.findall(r"<tr><td>([^<]+)</td><td>([^<]+)</td></tr>", section))
+    assert shown == {n: record["packages"][n] for n in KEY_PACKAGES if n in record["packages"]}
+    assert {"torch", "lightgbm", "snakemake"} <= set(shown)
 
 
 def test_every_number_of_the_comparisons_gene_index_and_gene_pages_equals_its_table(tiny_run):

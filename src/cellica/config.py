@@ -17,6 +17,7 @@ import json
 import os
 from typing import Any
 
+from cellica.core.compute import ComputeKeys
 from cellica.core.errors import CellicaError
 from cellica.core.params import Kind, Params, param, section_schema, show
 from cellica.embed.params import EmbedParams, FeatureTableParams, ProfileParams, TrainParams
@@ -50,9 +51,6 @@ def _keys(section: str, help: str = "", **fields: tuple[Any, Any]) -> type[Param
     return cls
 
 
-ComputeKeys = _keys("compute", "Hardware requests of the rules.", gpus=(int, param(
-    0, "GPUs requested by train_mae and embed (the only rules that use one); 0 runs them on the CPU. A SLURM run "
-    "sends those two rules to a GPU partition: see docs/hpc.md.", ge=0)))
 IngestKeys = _keys("ingest", manifest=(str, param(
     "", "CSV with one row per image file: path, plate, well, site, channel, batch, perturbation, and is_control or "
     "a control_label.")))

@@ -127,6 +127,7 @@ class RunPlan:
         self.n_shards = c["embed"]["shards"]
         # Only train_mae and embed use a GPU, and only when compute.gpus asks (docs/hpc.md).
         self.gpu_resources = {"gpu": c["compute"]["gpus"]} if c["compute"]["gpus"] else {}
+        self.container = c["compute"]["container"]  # only --software-deployment-method apptainer uses it
         self.variants = list(c["transform"]["variants"])
         self.features = f"{self.results}/features/{{variant}}.h5ad"
         # Evaluation seeds after the first re-fit the seeded variants (ICA start, random rotation).
@@ -135,6 +136,7 @@ class RunPlan:
         self.seed_features_of = f"{self.results}/features/seeds/{{variant}}-{{seed}}"
         self.eval = f"{self.results}/eval"
         self.summary = f"{self.eval}/summary.parquet"
+        self.environment = f"{self.results}/environment.json"  # the software of the run (the report's index)
         self.maps = f"{self.results}/maps"
         self.n_chunks, self.n_page_chunks = c["evaluate"]["chunks"], c["report"]["chunks"]
         self.entity = c["report"]["entity"] or entity_label(c["source"], c["features"]["column_map"])
@@ -262,6 +264,14 @@ class RunPlan:
         if self.config["maps"]["enabled"]:
             outputs.append(f"{self.maps}/recall.parquet")
         return outputs
+
+    @property
+    def software(self) -> str:
+        """The digest of the packages installed where the workflow is planned: the rule
+        ``environment`` re-records the run's software when it changes (docs/deploy.md)."""
+        from cellica.core.environment import digest, installed
+
+        return digest(installed())
 
     def progress_hint(self) -> str:
         """Where each job's progress is, naming a log this run writes."""

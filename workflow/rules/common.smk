@@ -31,6 +31,14 @@ VARIANTS, FEATURES, SEEDS, SEEDED, SEED_FEATURES = (PLAN.variants, PLAN.features
 EVAL, SUMMARY, N_CHUNKS, N_PAGE_CHUNKS = PLAN.eval, PLAN.summary, PLAN.n_chunks, PLAN.n_page_chunks
 ENTITY, STABILITY, ALIGNMENT, CONFIG_HASH = PLAN.entity, PLAN.stability, PLAN.alignment, PLAN.hash
 CONFIG_FILE = (workflow.overwrite_configfiles or [DEMO_CONFIG])[-1]
+ENVIRONMENT = PLAN.environment
+
+
+# Every job's image under `--software-deployment-method apptainer` (workflow/envs/cellica.def).
+container: PLAN.container
+
+
+SOFTWARE = PLAN.software
 CONDA_ENV = "../envs/cellica.yaml"
 
 

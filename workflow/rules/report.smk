@@ -1,5 +1,6 @@
 # Stage 5: the HTML reports: gene pages in chunks of genes (separate jobs, genes/<i>-of-<n>/), then the index
-# (index.html and the paged gene index) with every job's time and peak memory; Snakemake report hooks.
+# (index.html and the paged gene index) with every job's time and peak memory and the run's software
+# (rule environment: results/environment.json); Snakemake report hooks.
 
 REPORT_ARGS = (
     "cellica report --summary {input.summary:q} --per-gene {input.per_gene:q} --importances {input.importances:q}"
@@ -50,9 +51,29 @@ rule report_pages:
         f"{REPORT_ARGS} --part {{wildcards.chunk}} 2> {{log:q}}"
 
 
+rule environment:
+    output:
+        ENVIRONMENT,
+    log:
+        f"{LOGS}/environment.log",
+    benchmark:
+        f"{BENCH}/environment.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    params:
+        software=SOFTWARE,
+    shell:
+        "cellica environment --out {output:q} 2> {log:q}"
+
+
 rule report:
     input:
         unpack(report_inputs),
+        environment=ENVIRONMENT,
         pages=expand(f"{REPORTS}/genes/{{chunk}}-of-{N_PAGE_CHUNKS}", chunk=range(N_PAGE_CHUNKS)),
     output:
         index=report(
@@ -81,4 +102,5 @@ rule report:
         bench=BENCH,
         config_file=CONFIG_FILE,
     shell:
-        f"{REPORT_ARGS} --index-only --benchmarks {{params.bench:q}} --config {{params.config_file:q}} 2> {{log:q}}"
+        f"{REPORT_ARGS} --index-only --benchmarks {{params.bench:q}} --config {{params.config_file:q}}"
+        " --environment {input.environment:q} 2> {log:q}"

@@ -153,7 +153,8 @@ def report(ns: argparse.Namespace) -> None:
     report_from_files(ns.summary, ns.per_gene, ns.importances, ns.out, features=ns.features, store=ns.store,
                       benchmarks=ns.benchmarks, config=ns.config, config_hash=ns.config_hash,
                       alignment=ns.alignment, entity=ns.entity, genes=ns.gene, params=params_of(ReportParams, ns),
-                      part=ns.part, index_only=ns.index_only, maps=ns.maps, recall=ns.recall, qc=ns.qc)
+                      part=ns.part, index_only=ns.index_only, maps=ns.maps, recall=ns.recall, qc=ns.qc,
+                      environment=ns.environment)
 
 
 def export_truth(ns: argparse.Namespace) -> None:
@@ -167,6 +168,20 @@ def qc(ns: argparse.Namespace) -> None:
     from cellica.qc.files import qc_tables
 
     qc_tables({stored_variant(p, str(p)): p for p in ns.features}, ns.out, store=ns.store, seed=ns.seed)
+
+
+def environment(ns: argparse.Namespace) -> None:
+    from cellica.core import environment as env
+
+    if ns.write_lock:
+        packages = env.write_lock(ns.write_lock)
+        show(f"wrote {len(packages)} pins to {ns.write_lock}")
+        return
+    record = env.write_environment(ns.out, ns.lock) if ns.out else env.environment(ns.lock)
+    show("\n".join(env.summary_lines(record) + record["differences"]))
+    if ns.check and not record["matches_lock"]:
+        raise CellicaError("the environment departs from the lock: " + ("; ".join(record["differences"][:5]) or
+                           "no lock file (set CELLICA_LOCK or run from a source checkout)"))
 
 
 def schema(ns: argparse.Namespace) -> None:

@@ -24,11 +24,12 @@ TRUTH = ("--truth", {"default": None, "help": "a simulated screen's truth tables
 # equal, lie inside or contain an input (cellica.core.paths.check_disjoint, run by cellica.cli.app
 # before any command). tests/test_cli.py checks that every option of every command is classified.
 OUTPUT_OPTIONS = frozenset({"out", "model_out", "importances_out", "wells_out", "activity_out", "consistency_out",
-                            "differences_out", "checkpoint_dir"})
+                            "differences_out", "checkpoint_dir", "write_lock"})
 INPUT_OPTIONS = frozenset({"store", "manifest", "checkpoint", "shards", "table", "input", "apply", "features",
                            "per_gene", "importances", "batch", "activity", "truth", "recall", "recall_differences",
                            "consistency", "maps", "a", "b", "summary", "benchmarks", "config", "alignment",
-                           "arm_table", "annotation_file", "position_table", "unexpressed_genes", "qc"})
+                           "arm_table", "annotation_file", "position_table", "unexpressed_genes", "qc", "lock",
+                           "environment"})
 
 
 def paths_by_role(ns: argparse.Namespace) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -136,6 +137,8 @@ COMMANDS = [
       ("--store", {"default": None, "help": "tile store (example tiles, ground truth)"}),
       ("--benchmarks", {"default": None, "help": "Snakemake benchmark folder (stage times)"}),
       ("--config", {"default": None, "help": "config file shown on the index"}),
+      ("--environment", {"default": None, "help": "the run's software record (results/environment.json, from "
+                         "cellica environment --out), shown on the index"}),
       ("--config-hash", {"default": ""}),
       ("--alignment", {"default": None, "help": "stability/alignment.parquet (cellica align between MAE seeds)"}),
       ("--maps", {"nargs": "*", "default": [], "help": "gene maps of the variants (maps/{variant}.h5ad): UMAPs"}),
@@ -158,6 +161,14 @@ COMMANDS = [
       ("--store", {"default": None, "help": "tile store (control intensity per position)"}),
       ("--seed", {"type": int, "default": 0, "help": "seed of the sampled tiles and wells and the UMAP"}),
       ("--out", {**REQ, "help": "folder of the tables (results/qc)"})], None),
+    ("environment", "the software this runs in (every package's version) against the lock file", commands.environment,
+     [("--out", {"default": None, "help": "write the record as JSON (results/environment.json)"}),
+      ("--lock", {"default": None, "help": "the lock to compare with (default: $CELLICA_LOCK, or requirements.lock "
+                  "of a source checkout)"}),
+      ("--write-lock", {"default": None, "help": "write this environment as a new lock file (requirements.lock)"}),
+      ("--check", {"action": "store_true", "help": "exit with status 2 unless every installed package is at the "
+                   "lock's version (the container's build and CI run this)"})],
+     None),
     ("schema", "print (or write) the workflow's config schema, generated from the parameter classes",
      commands.schema, [("--out", {"default": None, "help": "file to write (workflow/schemas/config.schema.yaml)"}),
                        ("--docs", {"default": None, "help": "also write the configuration reference into this "

@@ -64,7 +64,7 @@ def report_from_files(summary: str | os.PathLike, per_gene: list, importances: l
                       config_hash: str = "", alignment=None, entity: str = "gene",
                       genes: list[str] | None = None, params: ReportParams | None = None,
                       part: int | None = None, index_only: bool = False, maps: list | None = None,
-                      recall=None, qc: list | None = None) -> Path:
+                      recall=None, qc: list | None = None, environment=None) -> Path:
     """:func:`build_report` from the evaluation's files: each variant's name is read from its
     per-gene table, its importances' own lineage (or, for tables without one, their order) and
     its features file."""
@@ -95,5 +95,5 @@ def report_from_files(summary: str | os.PathLike, per_gene: list, importances: l
         features={stored_variant(p, Path(p).stem): Path(p) for p in features or []}, store=opt(store),
         benchmarks=opt(benchmarks), config=opt(config), config_hash=config_hash, alignment=opt(alignment),
         entity=entity, maps={stored_variant(p, Path(p).stem): Path(p) for p in maps or []}, recall=opt(recall),
-        qc=[Path(p) for p in qc or []])
+        qc=[Path(p) for p in qc or []], environment=opt(environment))
     return build_report(inputs, out_dir, genes=genes, params=params, part=part, index_only=index_only)

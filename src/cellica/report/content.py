@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.registry import METRICS, variant_order
 from cellica.report.svg import number
@@ -51,6 +52,26 @@ class ReportInputs:
     maps: dict[str, Path] = field(default_factory=dict)
     recall: Path | None = None
     qc: list[Path] = field(default_factory=list)
+    environment: Path | None = None
+
+
+def software_context(path: Path | None) -> dict[str, Any] | None:
+    """The run's software record (``cellica environment --out``) as the index shows it: the
+    summary sentences, the key packages' versions and any departure from the lock."""
+    if path is None:
+        return None
+    import json
+
+    from cellica.core.environment import KEY_PACKAGES, summary_lines
+
+    try:
+        record = json.loads(Path(path).read_text())
+        lines = summary_lines(record)
+    except (OSError, ValueError, KeyError) as err:
+        raise CellicaError(f"report: {path} is not a software record of cellica environment ({err})") from None
+    return {"lines": lines, "differences": record["differences"], "path": str(path),
+            "packages": [(n, record["packages"][n]) for n in KEY_PACKAGES if n in record["packages"]],
+            "lock_digest": record.get("lock_digest")}
 
 
 def _env():

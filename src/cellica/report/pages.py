@@ -36,6 +36,7 @@ from cellica.report.content import (
     _ordered,
     _png_uri,
     _with_ci,
+    software_context,
     split_words,
     transform_diagnostics,
 )
@@ -53,8 +54,7 @@ class ReportBuilder:
                  page_size: int = 500, chunks: int = 1):
         self.inp = inputs
         self.out = Path(out_dir)
-        self.max_points = max_points
-        self.seed = seed
+        self.max_points, self.seed = max_points, seed
         if page_size < 1:
             raise CellicaError(f"report: page_size must be >= 1, got {page_size}")
         self.page_size = page_size
@@ -112,7 +112,7 @@ class ReportBuilder:
                 "times": stage_times(self.inp.benchmarks).to_dict("records"),
                 "config_text": Path(self.inp.config).read_text() if self.inp.config and Path(self.inp.config).is_file() else "",
                 "prov": self.provenance, "n_genes": len(self.genes), "alignment": self._alignment(),
-                "gene_maps": self._gene_maps()}
+                "gene_maps": self._gene_maps(), "software": software_context(self.inp.environment)}
 
     @staticmethod
     def _metric_row(metric, label, higher, means, variants, n_features, ref) -> dict[str, Any]:
