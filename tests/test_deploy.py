@@ -193,6 +193,7 @@ def test_pip_resolves_the_container_s_install_against_the_lock(tmp_path):
 def test_a_fresh_folder_deploys_the_workflow_as_a_module_and_runs_the_tiny_config(tmp_path):
     from tests.golden import compare, digests, versions
     from tests.report_checks import check_index_numbers
+    from tests.test_workflow import ADDITIONS
 
     dest = tmp_path / "my-screen"
     head = _run("git", "rev-parse", "HEAD").stdout.strip()
@@ -216,7 +217,7 @@ def test_a_fresh_folder_deploys_the_workflow_as_a_module_and_runs_the_tiny_confi
     results = dest / "results"
     golden = json.loads((REPO / "tests" / "golden" / "tiny_run.json").read_text())
     if versions() == golden["versions"]:
-        assert compare(digests(results), golden["digests"], {}) == []
+        assert compare(digests(results), golden["digests"], ADDITIONS) == []
     check_index_numbers(results, dest / "reports")
     record = json.loads((results / "environment.json").read_text())
     assert record["software_digest"] == env.digest(env.installed())

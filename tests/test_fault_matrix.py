@@ -148,6 +148,8 @@ def stage_case(stage: str, inp: str, w: Path) -> tuple[list, Path, Path, str]:
         ("recall", "maps"): (["recall", w / "map.h5ad", w / "mapb.h5ad", "--out", "{out}", "--differences-out",
                               w / "d.parquet", "--annotation-file", w / "pairs.csv", "--min-genes", "4"],
                              w / "map.h5ad", w / "r.parquet"),
+        ("export-efaar", "maps"): (["export-efaar", w / "map.h5ad", w / "mapb.h5ad", "--out", "{out}",
+                                    "--annotation-file", w / "pairs.csv"], w / "map.h5ad", w / "efaar"),
         ("align", "a"): (["align", w / "pca.h5ad", w / "base.h5ad", "--out", "{out}", "--n-components", "4"],
                          w / "pca.h5ad", w / "al.parquet"),
         ("report", "--summary"): (["report", "--summary", w / "summary.parquet", "--per-gene", w / "pg.parquet",

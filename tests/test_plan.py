@@ -102,7 +102,7 @@ def test_ground_truth_is_the_simulated_screens_tables_or_the_users_table(tmp_pat
     assert "truth" not in plain.evaluate_inputs("base") and "truth" not in plain.batch_metrics_inputs()
     assert "tiles" not in plain.report_inputs()
     assert plain.final_outputs() == ["out/eval/summary.parquet", "reports/index.html", "reports/gene_index",
-                                     "out/maps/recall.parquet"]
+                                     "out/maps/recall.parquet", "out/maps/efaar"]
 
 
 def test_maps_add_their_tables_to_the_summary_and_quote_them():

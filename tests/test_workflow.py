@@ -1,5 +1,6 @@
 """End-to-end: the real Snakefile on a tiny config, in a scratch working directory."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -297,8 +298,9 @@ def test_new_data_reruns_give_a_fresh_runs_results(tiny_run, tmp_path):
 
 # Parts the run gained since tests/golden/tiny_run.json was recorded, on purpose (file pattern:
 # columns; "*": a whole new file). Every recorded number must still be as recorded. Re-recorded
-# when the PCA's component signs became scikit-learn's (#32): nothing has been added since.
-ADDITIONS: dict[str, set[str]] = {}
+# when the PCA's component signs became scikit-learn's (#32); since then: the maps in EFAAR's
+# layout (#33).
+ADDITIONS: dict[str, set[str]] = {"maps/efaar/*": {"*"}}
 
 
 def test_the_tiny_run_s_numbers_are_those_recorded_bit_for_bit(tiny_run):
@@ -341,6 +343,64 @@ def test_the_index_shows_the_software_the_run_recorded(tiny_run):
     shown = dict(re.findall(r"<tr><td>([^<]+)</td><td>([^<]+)</td></tr>", section))
     assert shown == {n: record["packages"][n] for n in KEY_PACKAGES if n in record["packages"]}
     assert {"torch", "lightgbm", "snakemake"} <= set(shown)
+
+
+def test_the_exported_maps_score_with_efaar_s_own_code_to_the_exported_recall(tiny_run):
+    """results/maps/efaar: every variant's map in EFAAR_benchmarking's layout, scored by their
+    unchanged known_relationship_benchmark, gives exactly the recall table written beside it."""
+    from sklearn.utils import Bunch
+
+    from tests.test_efaar_export import efaar_benchmark
+
+    benchmark = efaar_benchmark()
+    root = tiny_run / "results" / "maps" / "efaar"
+    recall = pd.read_parquet(root / "recall.parquet")
+    assert set(recall["variant"]) == set(pd.read_parquet(tiny_run / "results" / "maps" / "recall.parquet")["variant"])
+    for (variant, folder), ours in recall.groupby(["variant", "folder"]):
+        features = pd.read_parquet(root / folder / "features.parquet")
+        metadata = pd.read_parquet(root / folder / "metadata.parquet")
+        assert len(features) == len(metadata) > 2
+        theirs = benchmark(Bunch(features=features, metadata=metadata), pert_col="perturbation")
+        ours = ours.drop(columns=["variant", "folder"]).reset_index(drop=True)
+        pd.testing.assert_frame_equal(ours, theirs[ours.columns], check_exact=True, obj=variant)
+    # docs/maps.md's snippet, as written, from the run's folder.
+    snippet = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "maps.md").read_text(), re.S)
+    code = next(s for s in snippet if "known_relationship_benchmark" in s)
+    namespace: dict = {}
+    cwd = Path.cwd()
+    try:
+        os.chdir(tiny_run)
+        exec(compile(code, "docs/maps.md", "exec"), namespace)
+    finally:
+        os.chdir(cwd)
+    ours = recall[recall["variant"] == "pca_ica"].drop(columns=["variant", "folder"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(ours, namespace["recall"][ours.columns], check_exact=True)
+
+
+def test_every_anndata_output_reads_in_scanpy_without_cellica(tiny_run):
+    """Every .h5ad the run wrote loads with scanpy in a fresh interpreter where importing
+    cellica fails: no file needs cellica's code to be read; each keeps its provenance in .uns."""
+    import json
+    import sys
+
+    files = sorted(str(p) for p in (tiny_run / "results").rglob("*.h5ad"))
+    assert len(files) > 20
+    script = (
+        "import json, sys\n"
+        "sys.modules['cellica'] = None  # any import of cellica now fails\n"
+        "import scanpy as sc\n"
+        "out = {}\n"
+        "for path in json.loads(sys.argv[1]):\n"
+        "    a = sc.read_h5ad(path)\n"
+        "    out[path] = [a.n_obs, a.n_vars, sorted(a.uns.keys())]\n"
+        "print(json.dumps(out))\n")
+    run = subprocess.run([sys.executable, "-c", script, json.dumps(files)], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    shapes = json.loads(run.stdout.strip().splitlines()[-1])
+    assert set(shapes) == set(files)
+    assert all(n_obs > 0 and n_vars > 0 for n_obs, n_vars, _ in shapes.values())
+    assert [p for p, (_, _, uns) in shapes.items() if not {"provenance", "lineage"} & set(uns)] == []
 
 
 def test_every_number_of_the_comparisons_gene_index_and_gene_pages_equals_its_table(tiny_run):

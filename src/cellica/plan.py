@@ -262,7 +262,7 @@ class RunPlan:
         if self.config["source"] != "features":
             outputs.append(f"{self.results}/qc/tiles_summary.txt")
         if self.config["maps"]["enabled"]:
-            outputs.append(f"{self.maps}/recall.parquet")
+            outputs += [f"{self.maps}/recall.parquet", f"{self.maps}/efaar"]
         return outputs
 
     @property

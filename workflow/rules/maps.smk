@@ -1,5 +1,6 @@
 # Gene-level maps: one profile per gene for every variant, its guides' consistency, and the
-# recall of known gene-gene relationships by every map (cellica.maps).
+# recall of known gene-gene relationships by every map (cellica.maps); the maps and EFAAR's recall
+# in EFAAR_benchmarking's layout (maps/efaar/).
 MAPS = f"{RESULTS}/maps"
 
 
@@ -24,6 +25,27 @@ rule gene_map:
     shell:
         "cellica gene-map {input:q} --out {output.gene_map:q} --consistency-out {output.consistency:q}"
         " {params.args} 2> {log:q}"
+
+
+rule export_efaar:
+    input:
+        expand(f"{MAPS}/{{variant}}.h5ad", variant=VARIANTS),
+    output:
+        directory(f"{MAPS}/efaar"),
+    log:
+        f"{LOGS}/export_efaar.log",
+    benchmark:
+        f"{BENCH}/export_efaar.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        args=cli_args("maps", MapParams),
+    shell:
+        "cellica export-efaar {input:q} --out {output:q} {params.args} 2> {log:q}"
 
 
 rule recall:

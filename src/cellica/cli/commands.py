@@ -137,6 +137,14 @@ def recall(ns: argparse.Namespace) -> None:
         index=False, float_format=lambda v: f"{v:.3f}"))
 
 
+def export_efaar(ns: argparse.Namespace) -> None:
+    from cellica.maps.files import efaar_files
+    from cellica.maps.params import MapParams
+
+    table = efaar_files(ns.maps, ns.out, params_of(MapParams, ns))
+    show(table.drop(columns="folder").to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
 def align(ns: argparse.Namespace) -> None:
     from cellica.stability.files import align_files
     from cellica.stability.params import AlignParams

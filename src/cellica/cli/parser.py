@@ -125,6 +125,11 @@ COMMANDS = [
       ("--out", {**REQ, "help": "recall per variant and source (*.parquet)"}),
       ("--differences-out", {**REQ, "help": "paired differences between variants (*.parquet)"})],
      ("maps.params", "MapParams")),
+    ("export-efaar", "gene maps and their recall in EFAAR_benchmarking's layout (their recall definition: "
+     "every pair of the map as the null)", commands.export_efaar,
+     [("maps", {"nargs": "+", "help": "gene maps of the variants (*.h5ad, from cellica gene-map)"}),
+      ("--out", {**REQ, "help": "folder: <variant>/features.parquet, <variant>/metadata.parquet, recall.parquet"})],
+     ("maps.params", "MapParams")),
     ("align", "alignment error between two embeddings of the same samples, per class of map", commands.align,
      [("a", {"help": "embedding A (*.h5ad)"}),
       ("b", {"help": "embedding B (*.h5ad); samples paired with A by obs_names (tile ids)"}),

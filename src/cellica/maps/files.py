@@ -12,6 +12,7 @@ import pandas as pd
 
 from cellica.core.adata import read_h5ad, stored_variant, write_h5ad
 from cellica.core.atomic import write_parquet, write_parquets
+from cellica.core.errors import CellicaError
 from cellica.core.lineage import KEY, lineage_for, merge, tag
 from cellica.core.logs import get_logger
 from cellica.maps.params import MapParams
@@ -123,4 +124,41 @@ def recall_files(maps: Sequence[PathLike], out: PathLike, differences_out: PathL
         log.info("%s: recall of %d known pairs %.3f (95%% CI %.3f-%.3f; null %.3f)", row.variant, row.n_pairs,
                  row.recall, row.ci_low, row.ci_high, row.null_recall)
     write_parquets([tag(recall, lineage), tag(differences, lineage)], [out, differences_out])
+    return recall
+
+
+def efaar_files(maps: Sequence[PathLike], out: PathLike, params: MapParams | None = None) -> pd.DataFrame:
+    """Every variant's gene map in EFAAR_benchmarking's layout, and its recall by their
+    definition (:mod:`cellica.maps.efaar`): ``out/<variant>/features.parquet`` and
+    ``metadata.parquet`` (the folder is the variant's safe file name, listed in the table),
+    ``out/recall.parquet`` (a ``variant`` and a ``folder`` column, then EFAAR's columns).
+    Everything is computed first and the folder is committed whole."""
+    from cellica.core.atomic import atomic_output
+    from cellica.core.names import safe_filename
+    from cellica.maps.efaar import efaar_recall, map_tables
+
+    p = params or MapParams()
+    p.validate()
+    pairs = known_pairs(p)
+    loaded = [(str(path), read_map(path)) for path in maps]
+    # The maps of one run only (as recall_files): a map swapped in from another run is an error.
+    merge([(path, json.loads(str(m.uns.get(KEY, "{}")))) for path, m in loaded], "export-efaar")
+    exported, tables = {}, []
+    for path, m in loaded:
+        variant = stored_variant(path, path)
+        if safe_filename(variant) in exported:
+            raise CellicaError(f"export-efaar: {path} is a second map of variant {variant!r}; give one per variant")
+        exported[safe_filename(variant)] = map_tables(m)
+        recall = efaar_recall(m, pairs)
+        recall.insert(0, "variant", variant)
+        recall.insert(1, "folder", safe_filename(variant))
+        tables.append(recall)
+    recall = pd.concat(tables, ignore_index=True)
+    with atomic_output(out, overwrite=True) as tmp:
+        for folder, (features, metadata) in exported.items():
+            (tmp / folder).mkdir(parents=True)
+            features.to_parquet(tmp / folder / "features.parquet")
+            metadata.to_parquet(tmp / folder / "metadata.parquet")
+        recall.to_parquet(tmp / "recall.parquet")
+    log.info("EFAAR layout: %d map(s) and their recall -> %s", len(exported), out)
     return recall
