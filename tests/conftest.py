@@ -58,3 +58,14 @@ def tiny_model(tiny_store, tmp_path_factory):
     out = tmp_path_factory.mktemp("mae") / "model.safetensors"
     train_mae(tiny_store.path, out, TrainParams(**TINY_MAE))
     return out
+
+
+def disks(centres, radius=4, size=32, value=3000.0, background=100.0):
+    """A tile of bright disks (nuclei) of ``radius`` px at ``centres`` on a flat background."""
+    import numpy as np
+
+    yy, xx = np.mgrid[:size, :size]
+    tile = np.full((size, size), background)
+    for cy, cx in centres:
+        tile[(yy - cy) ** 2 + (xx - cx) ** 2 <= radius**2] = value
+    return tile

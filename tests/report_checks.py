@@ -86,6 +86,11 @@ def check_index_numbers(results: Path, reports: Path, entity: str = "gene", leas
     claims = summary[summary["table"] == "claim"]
     shown_claims = {r[0]: r[1] for r in tables["claims"][1:]}
     assert shown_claims == dict(zip(claims["row"], claims["verdict"], strict=True))
+    if "baselines" in claims and claims["baselines"].ne("").any():  # the column "beats every baseline"
+        assert tables["claims"][0][2] == "beats every baseline"
+        assert {r[0]: r[2] for r in tables["claims"][1:]} == dict(zip(claims["row"], claims["baselines"], strict=True))
+    else:
+        assert "beats every baseline" not in tables["claims"][0]
 
 
 def check_table_numbers(results: Path, reports: Path, least: int = 20) -> None:

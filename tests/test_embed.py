@@ -35,6 +35,33 @@ def test_embed_writes_anndata_contract(tiny_store, tiny_model, tmp_path):
     np.testing.assert_allclose(again.X, adata.X, rtol=1e-4, atol=1e-5)
 
 
+def test_loader_workers_give_the_same_embeddings_in_tile_order(tiny_store, tiny_model):
+    """Workers' batches arrive interleaved (each worker reads its own shards): every tile goes back
+    to its place, and its embedding is the one a single process gives, bit for bit. Before #34,
+    any embed.num_workers > 0 stopped with "tiles came back out of order"."""
+    one = embed_store(tiny_store.path, tiny_model, params=EmbedParams(batch_size=5, num_workers=0))
+    assert tiny_store.n_tiles > 2 * tiny_store.shard_tiles  # several shards, so both workers read
+    three = embed_store(tiny_store.path, tiny_model, params=EmbedParams(batch_size=5, num_workers=3))
+    assert three.obs_names.tolist() == one.obs_names.tolist() == tiny_store.metadata["tile_id"].tolist()
+    np.testing.assert_array_equal(three.X, one.X)
+
+
+def test_loader_workers_by_default_follow_the_job_s_cpus(monkeypatch):
+    from cellica.embed.loader import MAX_AUTO_WORKERS, auto_workers, job_cpus
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
+    assert job_cpus() == 6 and auto_workers(cuda) == 5 and auto_workers(cpu) == 0  # the model needs CPU cores
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "64")
+    assert auto_workers(cuda) == MAX_AUTO_WORKERS
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    assert auto_workers(cuda) == 0
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK")
+    import os
+
+    assert job_cpus() == len(os.sched_getaffinity(0))
+
+
 def test_shards_gather_to_the_whole(tiny_store, tiny_model, tmp_path):
     whole = embed_store(tiny_store.path, tiny_model)
     paths = []

@@ -121,6 +121,8 @@ def stage_case(stage: str, inp: str, w: Path) -> tuple[list, Path, Path, str]:
                                      "--out", "{out}"], w / "model.safetensors", w / "e.h5ad"),
         ("profile-tiles", "--store"): (["profile-tiles", "--store", w / "tiles.zarr", "--out", "{out}",
                                         "--features", "intensity"], w / "tiles.zarr", w / "p.h5ad"),
+        ("count-nuclei", "--store"): (["count-nuclei", "--store", w / "tiles.zarr", "--out", "{out}"],
+                                       w / "tiles.zarr", w / "n.h5ad"),
         ("gather-embeddings", "shards"): (["gather-embeddings", w / "shard0.h5ad", w / "shard1.h5ad", "--out",
                                            "{out}"], w / "shard1.h5ad", w / "g.h5ad"),
         ("import-features", "table"): (["import-features", w / "table.csv", "--out", "{out}"], w / "table.csv",
@@ -129,6 +131,8 @@ def stage_case(stage: str, inp: str, w: Path) -> tuple[list, Path, Path, str]:
                                     "--n-components", "4"], w / "emb.h5ad", w / "t.h5ad"),
         ("transform --apply", "--apply"): (["transform", "--input", w / "emb.h5ad", "--out", "{out}", "--apply",
                                             w / "pca.npz"], w / "pca.npz", w / "t.h5ad"),
+        ("baseline", "--input"): (["baseline", "--name", "untrained", "--input", w / "emb.h5ad", "--out", "{out}"],
+                                  w / "emb.h5ad", w / "u.h5ad"),
         ("evaluate", "--features"): (["evaluate", "--features", w / "pca.h5ad", "--out", "{out}",
                                       "--importances-out", w / "i.parquet"], w / "pca.h5ad", w / "e.parquet"),
         ("gather-eval", "--per-gene"): (["gather-eval", "--per-gene", w / "pg.parquet", "--importances",
@@ -370,6 +374,15 @@ def _check_result(stage: str, kind: str, victim: Path, out: Path, other: Path) -
 
         direct = make_transform("pca", TransformParams(n_components=4)).fit_transform(read_h5ad(other))
         np.testing.assert_array_equal(read_h5ad(out).X, direct.X)
+    elif stage == "baseline":  # B's embeddings as the base variant makes them, named and sourced as the baseline
+        from cellica.transform.params import TransformParams
+        from cellica.transform.variants import make_transform
+
+        direct = make_transform("base", TransformParams()).fit_transform(read_h5ad(other))
+        made = read_h5ad(out)
+        np.testing.assert_array_equal(made.X, direct.X)
+        assert lineage_for(out, "untrained") == {"untrained": lineage_for(out, "x")["x"],
+                                                "(source of untrained)": lineage_for(other, "x")["x"]}
     elif stage == "transform --apply":  # B's model applied to A's features, as the library applies it
         from cellica.transform.base import Transform
 

@@ -36,7 +36,7 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
                     z.append(f)
                     rows.append({"tile_id": f"b{b}w{w}{gene}{k}", "plate": f"P{b}", "well": f"W{w}",
                                  "batch": f"B{b}", "gene": gene, "ctrl": gene == "ctrl", "guide": f"{gene}_{k % 2}",
-                                 "site": k % 3})
+                                 "site": k % 3, "n_cells": rng.poisson(20 if gene == "G0" else 40)})  # G0 kills cells
     z = np.asarray(z)
     offsets = np.repeat(rng.normal(0, 0.3, (3, 12)), [sum(r["batch"] == f"B{b}" for r in rows) for b in range(3)], 0)
     emb = z @ rng.normal(size=(4, 12)) + offsets + 0.05 * rng.normal(size=(len(z), 12))
@@ -45,9 +45,10 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
     pd.DataFrame(z, columns=[f"z{i}" for i in range(4)]).assign(sample_id=table["tile_id"]).to_parquet(
         tmp_path / "truth.parquet")
     cfg = {"results_dir": "results", "reports_dir": "reports", "source": "features",
-           "features": {"path": str(tmp_path / "tiles.csv"), "id_column": "tile_id", "extra_metadata": ["guide", "site"],
+           "features": {"path": str(tmp_path / "tiles.csv"), "id_column": "tile_id", "extra_metadata": ["guide", "site", "n_cells"],
                         "column_map": {"plate": "plate", "well": "well", "batch": "batch", "perturbation": "gene",
                                        "is_control": "ctrl"}, "truth": str(tmp_path / "truth.parquet")},
+           "baselines": {"cell_count_column": "n_cells"},  # the cell-count baseline of imported features
            "transform": {"n_components": 4, "batch_correction": None, "variants": list(PAPER_VARIANTS)},
            "evaluate": {"n_trees": 20, "min_data_in_leaf": 5, "map_null_size": 100, "n_boot": 200}, "maps": {"min_genes": 3, "consistency_permutations": 100, "null_pairs": 100, "n_boot": 100}}
     config = tmp_path / "byo.yaml"
@@ -67,3 +68,12 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
     assert (pg["auroc_mean"] > 0.7).all() and not pg["no_split"].any()
     log = (res / "logs" / "evaluate" / "pca_ica-0-of-1.log").read_text()
     assert "evaluating" in log and "tiles" in log
+    # The cell count, the one baseline imported features can have: it finds the gene that kills cells only.
+    counts = __import__("anndata").read_h5ad(res / "features" / "cell_count.h5ad")
+    np.testing.assert_array_equal(counts.X.ravel(), table.set_index("tile_id").loc[counts.obs_names, "n_cells"])
+    cc = pd.read_parquet(res / "eval" / "cell_count" / "per_gene.parquet").groupby("gene")["auroc_mean"].mean()
+    assert cc["G0"] > 0.8 and cc.drop("G0").max() < cc["G0"] - 0.2
+    summary = pd.read_parquet(res / "eval" / "summary.parquet")
+    assert "pca_ica - cell_count" in set(summary.loc[summary["table"] == "comparison", "row"])
+    assert summary.loc[summary["table"] == "claim", "baselines"].iloc[0] in {"yes", "no", "inconclusive"}
+    assert "baseline untrained left out: it needs images" in run.stderr

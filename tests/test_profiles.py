@@ -9,16 +9,11 @@ import pytest
 
 from cellica.core.errors import CellicaError
 from cellica.embed.params import ProfileParams
+from tests.conftest import disks
 
 pytest.importorskip("cp_measure", reason="cp_measure is the profiles extra (pip install -e '.[profiles]')")
 
 
-def disks(centres, radius=4, size=32, value=3000.0, background=100.0):
-    yy, xx = np.mgrid[:size, :size]
-    tile = np.full((size, size), background)
-    for cy, cx in centres:
-        tile[(yy - cy) ** 2 + (xx - cx) ** 2 <= radius**2] = value
-    return tile
 
 
 def test_nuclei_by_hand():

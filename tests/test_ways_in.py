@@ -28,10 +28,11 @@ def trained(tmp_path_factory):
 
 
 def _tiny_config(tmp_path: Path, **changes) -> Path:
-    """The tiny config without the stability runs, with the paper's four variants and one seed
-    (the whole DAG still runs; the tiny run tests every variant and seed)."""
+    """The tiny config without the stability runs and the baselines, with the paper's four
+    variants and one seed (the whole DAG still runs; the tiny run tests every variant, seed and baseline)."""
     cfg = yaml.safe_load(TINY.read_text())
     cfg["stability"] = {"enabled": False}
+    cfg["baselines"] = {"names": []}
     cfg["transform"]["variants"] = list(PAPER_VARIANTS)
     cfg["evaluate"]["seeds"] = [0]
     for key, value in changes.items():

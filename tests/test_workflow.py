@@ -94,7 +94,7 @@ def test_dag_evaluates_and_reports(tiny_run):
     summary = pd.read_parquet(res / "eval" / "summary.parquet")
     means = summary[(summary.table == "per_variant") & (summary.row == "mean")]
     per_variant = means.pivot(index="metric", columns="variant", values="value")
-    assert set(per_variant.columns) == set(VARIANTS)
+    assert set(per_variant.columns) == set(VARIANTS) | {"cell_count", "untrained", "classical"}  # tiny.yaml's baselines
     assert {*COMPARED_METRICS, *metrics_of("activity", "batch", "truth")} <= set(per_variant.index)
     # Intervals over genes exist and contain the mean.
     auroc = means[means.metric == "auroc_heldout"]
@@ -122,6 +122,48 @@ def test_dag_evaluates_and_reports(tiny_run):
         assert "Ground truth (synthetic screen)" in page and "data:image/png;base64" in page
         assert "AUROC per guide" in page and "true positive rate" in page
     assert (res / "benchmarks" / "report.tsv").is_file()
+
+
+def test_dag_evaluates_the_baselines_beside_the_variants(tiny_run):
+    """The three baselines of tiny.yaml: made as the library makes them, evaluated by the same
+    classifiers (real ones), with intervals, compared with PCA+ICA, and the claims' column."""
+    import anndata as ad
+    import torch
+    from safetensors.torch import load_file
+
+    from cellica.embed.cell_count import count_nuclei
+    from cellica.embed.mae import MaskedAutoencoder
+    from cellica.embed.params import ProfileParams, TrainParams
+
+    res = tiny_run / "results"
+    config = yaml.safe_load(TINY.read_text())
+    counts = count_nuclei(res / "tiles.zarr", params=ProfileParams(**config.get("profiles", {}))).X
+    np.testing.assert_array_equal(ad.read_h5ad(res / "embeddings" / "cell_count" / "embeddings.h5ad").X, counts)
+    cell_count = ad.read_h5ad(res / "features" / "cell_count.h5ad")
+    np.testing.assert_array_equal(cell_count.X, counts)  # the base variant leaves one count as it is
+    assert cell_count.uns["transform"]["variant"] == "cell_count" and counts.max() > counts.min()
+    p = TrainParams(**config["mae"])
+    torch.manual_seed(p.seed)
+    store = TileStore.open(res / "tiles.zarr")
+    fresh = MaskedAutoencoder(p.mae_config(store.n_channels, store.tile_shape[0])).state_dict()
+    saved = load_file(res / "mae" / "untrained" / "model.safetensors")
+    assert set(saved) == set(fresh) and all(torch.equal(saved[k], fresh[k]) for k in fresh)
+    untrained = ad.read_h5ad(res / "embeddings" / "untrained" / "embeddings.h5ad")
+    assert untrained.obs_names.tolist() == store.metadata["tile_id"].tolist()
+    assert untrained.uns["provenance"]["shard"]["gathered_from"] == config["embed"]["shards"]
+    assert ad.read_h5ad(res / "features" / "classical.h5ad").n_vars > 10  # cp_measure's profiles
+    summary = pd.read_parquet(res / "eval" / "summary.parquet")
+    for name in ("cell_count", "untrained", "classical"):
+        pg = pd.read_parquet(res / "eval" / name / "per_gene.parquet")
+        assert sorted(pg["seed"].unique()) == [0, 1] and not pg["no_split"].all() and pg["auroc_mean"].nunique() > 1
+        row = summary[(summary.table == "per_variant") & (summary.variant == name) & (summary.metric == "auroc_heldout")]
+        assert len(row) == 1 and row["ci_low"].iloc[0] <= row["value"].iloc[0] <= row["ci_high"].iloc[0]
+        comps = summary[(summary.table == "comparison") & (summary.row == f"pca_ica - {name}")]
+        assert "auroc_heldout" in set(comps["metric"]) and comps["verdict"].ne("").all()
+    claims = summary[summary.table == "claim"].set_index("row")["baselines"]
+    assert set(claims.iloc[:3]) <= {"yes", "no", "inconclusive", "not tested"} and set(claims.iloc[3:]) == {"n/a"}
+    index = (tiny_run / "reports" / "index.html").read_text()
+    assert '<th class="baseline"' in index and "beats every baseline" in index
 
 
 def test_dag_builds_gene_maps_and_scores_their_recall_of_known_pairs(tiny_run):
@@ -273,6 +315,7 @@ def test_new_data_reruns_give_a_fresh_runs_results(tiny_run, tmp_path):
     cfg = yaml.safe_load(TINY.read_text())
     cfg["simulate"]["seed"] = 1
     cfg["stability"] = {"enabled": False}
+    cfg["baselines"] = {"names": []}
     cfg["transform"]["variants"] = [PAPER_VARIANTS[2]]  # pca_ica: whitening and the ICA both re-fit
     cfg["evaluate"]["seeds"] = [0]
     config = tmp_path / "seed1.yaml"
@@ -298,9 +341,11 @@ def test_new_data_reruns_give_a_fresh_runs_results(tiny_run, tmp_path):
 
 # Parts the run gained since tests/golden/tiny_run.json was recorded, on purpose (file pattern:
 # columns; "*": a whole new file). Every recorded number must still be as recorded. Re-recorded
-# when the PCA's component signs became scikit-learn's (#32); since then: the maps in EFAAR's
-# layout (#33).
-ADDITIONS: dict[str, set[str]] = {"maps/efaar/*": {"*"}}
+# when the PCA's component signs became scikit-learn's (#32), and when the baselines joined the
+# tiny run (#33): before re-recording, the run with `baselines: {names: []}` equalled the old
+# record with only the maps in EFAAR's layout and the summary's `baselines` column added, and the
+# run with baselines kept every row of the summary that names no baseline bit for bit.
+ADDITIONS: dict[str, set[str]] = {}
 
 
 def test_the_tiny_run_s_numbers_are_those_recorded_bit_for_bit(tiny_run):
@@ -393,11 +438,18 @@ def test_every_anndata_output_reads_in_scanpy_without_cellica(tiny_run):
         "for path in json.loads(sys.argv[1]):\n"
         "    a = sc.read_h5ad(path)\n"
         "    out[path] = [a.n_obs, a.n_vars, sorted(a.uns.keys())]\n"
+        "    if path.endswith('features/pca_ica.h5ad'):  # .X is the embedding scanpy's tools take\n"
+        "        sc.pp.neighbors(a, use_rep='X', n_neighbors=5)\n"
+        "        sc.tl.umap(a)\n"
+        "        out['umap'] = list(a.obsm['X_umap'].shape)\n"
         "print(json.dumps(out))\n")
     run = subprocess.run([sys.executable, "-c", script, json.dumps(files)], capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     shapes = json.loads(run.stdout.strip().splitlines()[-1])
+    import anndata as ad
+
+    assert shapes.pop("umap") == [ad.read_h5ad(tiny_run / "results" / "features" / "pca_ica.h5ad").n_obs, 2]
     assert set(shapes) == set(files)
     assert all(n_obs > 0 and n_vars > 0 for n_obs, n_vars, _ in shapes.values())
     assert [p for p, (_, _, uns) in shapes.items() if not {"provenance", "lineage"} & set(uns)] == []

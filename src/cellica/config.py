@@ -21,7 +21,7 @@ from cellica.core.compute import ComputeKeys
 from cellica.core.errors import CellicaError
 from cellica.core.params import Kind, Params, param, section_schema, show
 from cellica.embed.params import EmbedParams, FeatureTableParams, ProfileParams, TrainParams
-from cellica.evaluate.params import EvalParams
+from cellica.evaluate.params import BaselineParams, EvalParams
 from cellica.maps.params import MapParams
 from cellica.registry import VARIANT_NAMES
 from cellica.report.params import ReportParams
@@ -102,6 +102,7 @@ SECTIONS: dict[str, tuple[type[Params], ...]] = {
     "transform": (TransformKeys, TransformParams),
     "stability": (StabilityKeys, AlignParams),
     "evaluate": (EvaluateKeys, EvalParams),
+    "baselines": (BaselineParams,),
     "maps": (MapsKeys, MapParams),
     "profiles": (ProfilesKeys, ProfileParams),
     "report": (ReportParams,),

@@ -24,7 +24,7 @@ from cellica.config import (
     config_schema,
 )
 from cellica.core.errors import CellicaError
-from cellica.registry import VARIANTS, seeded_variants
+from cellica.registry import BASELINES, VARIANTS, seeded_variants
 from cellica.stability.params import AlignParams
 from cellica.transform.params import TransformParams
 
@@ -95,6 +95,29 @@ def model_tag(config: dict[str, Any]) -> str:
     return f"seed{config['mae']['seed']}"
 
 
+def applicable_baselines(config: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The baselines a checked config asks for that apply to its run, and why each other one
+    does not (one line each; the run log shows them): ``baselines.names`` in its order."""
+    keep, notes = [], []
+    for name in config["baselines"]["names"]:
+        why = None
+        if config["source"] not in BASELINES[name].sources:
+            why = f"it needs images, and source is {config['source']!r}"
+        elif name == "untrained" and config["mae"]["checkpoint"]:
+            why = "the run embeds with mae.checkpoint, whose initial weights cellica cannot know"
+        elif name == "untrained" and config["profiles"]["enabled"]:
+            why = "the run trains no encoder (profiles.enabled) to compare with its untrained one"
+        elif name == "classical" and config["profiles"]["enabled"]:
+            why = "the run's own features are already cp_measure's profiles (profiles.enabled)"
+        elif name == "cell_count" and config["source"] == "features" and not config["baselines"]["cell_count_column"]:
+            why = "imported features need baselines.cell_count_column to name the count"
+        if why:
+            notes.append(f"baseline {name} left out: {why}")
+        else:
+            keep.append(name)
+    return keep, notes
+
+
 class RunPlan:
     """Paths, inputs and options of one run, from its checked config.
 
@@ -130,6 +153,9 @@ class RunPlan:
         self.container = c["compute"]["container"]  # only --software-deployment-method apptainer uses it
         self.variants = list(c["transform"]["variants"])
         self.features = f"{self.results}/features/{{variant}}.h5ad"
+        # Baselines: feature sets of their own, evaluated and summarised beside the variants.
+        self.baselines, self.baseline_notes = applicable_baselines(c)
+        self.evaluated = self.variants + self.baselines
         # Evaluation seeds after the first re-fit the seeded variants (ICA start, random rotation).
         self.seeds = list(c["evaluate"]["seeds"])
         self.seeded = [v for v in self.variants if v in seeded_variants()]
@@ -146,7 +172,8 @@ class RunPlan:
 
     def wildcard_constraints(self) -> dict[str, str]:
         """The regular expression of each wildcard the rules use."""
-        return {"variant": "|".join(self.variants), "seed": r"-?\d+", "model": r"seed-?\d+|checkpoint|cp_measure",
+        return {"variant": "|".join(self.evaluated), "seed": r"-?\d+",
+                "model": r"seed-?\d+|checkpoint|cp_measure|untrained|cell_count",
                 "shard": r"\d+", "chunk": r"\d+"}
 
     def cli_args(self, section: str, cls) -> str:
@@ -173,8 +200,30 @@ class RunPlan:
         return [self.emb_of.format(model=f"seed{s}") for s in self.config["stability"]["seeds"]]
 
     def model_file(self, model: str) -> str:
-        """The MAE a ``{model}`` names: a trained seed, or the user's checkpoint."""
+        """The MAE a ``{model}`` names: a trained seed, the untrained baseline's, or the user's checkpoint."""
         return self.config["mae"]["checkpoint"] if model == "checkpoint" else self.model_of.format(model=model)
+
+    def baseline_input(self, name: str) -> str:
+        """A baseline's embeddings: tiles or wells as ``transform.level`` says (image sources), or
+        the imported features whose ``baselines.cell_count_column`` is the count."""
+        if self.config["source"] == "features":
+            return self.emb
+        model = {"classical": "cp_measure"}.get(name, name)
+        level = self.wells_of if self.config["transform"]["level"] == "wells" else self.emb_of
+        return level.format(model=model)
+
+    def nuclei_args(self) -> str:
+        """``cellica count-nuclei`` options: only the profile parameters a count depends on."""
+        from cellica.embed.cell_count import USES
+        from cellica.embed.params import ProfileParams
+
+        return command_args(self.config, "profiles", ProfileParams, only=USES)
+
+    def baseline_args(self, name: str) -> str:
+        """``cellica baseline`` options: the base variant's parameters, and the count's column of imported features."""
+        column = self.config["baselines"]["cell_count_column"]
+        extra = f" --column {shlex.quote(column)}" if name == "cell_count" and self.config["source"] == "features" else ""
+        return self.transform_args("base") + extra
 
     def truth(self) -> str | None:
         """The ground truth: the simulated store's exported tables, ``features.truth``, or None."""
@@ -208,9 +257,13 @@ class RunPlan:
         """Every variant's features, plus the ground truth when there is one."""
         return self._with_truth({"features": self.variant_files(self.features)})
 
+    def evaluated_files(self, template: str) -> list[str]:
+        """``template`` (with ``{variant}``) for every variant, then every baseline."""
+        return [template.format(variant=v) for v in self.evaluated]
+
     def summarize_inputs(self) -> dict[str, Any]:
-        """The evaluation's tables, plus the gene maps' recall and consistency when maps are on."""
-        inputs = {"per_gene": self.variant_files(f"{self.eval}/{{variant}}/per_gene.parquet"),
+        """The evaluation's tables (variants and baselines), plus the gene maps' recall and consistency when maps are on."""
+        inputs = {"per_gene": self.evaluated_files(f"{self.eval}/{{variant}}/per_gene.parquet"),
                   "batch": f"{self.eval}/batch_metrics.parquet", "activity": f"{self.eval}/activity.parquet"}
         if self.config["maps"]["enabled"]:
             inputs["recall"] = f"{self.maps}/recall.parquet"
@@ -244,8 +297,8 @@ class RunPlan:
         """Everything the HTML reports read; the tile store only when there is one."""
         inputs: dict[str, Any] = {
             "summary": self.summary,
-            "per_gene": self.variant_files(f"{self.eval}/{{variant}}/per_gene.parquet"),
-            "importances": self.variant_files(f"{self.eval}/{{variant}}/importances.parquet"),
+            "per_gene": self.evaluated_files(f"{self.eval}/{{variant}}/per_gene.parquet"),
+            "importances": self.evaluated_files(f"{self.eval}/{{variant}}/importances.parquet"),
             "features": self.variant_files(self.features), "qc": self.qc_tables()}
         if self.config["source"] != "features":
             inputs["tiles"] = self.tiles

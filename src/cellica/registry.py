@@ -83,9 +83,40 @@ def variants_markdown() -> str:
 
 
 def variant_order(names) -> list[str]:
-    """Names in the registry's order (unknown names last, alphabetically)."""
-    order = list(VARIANTS)
+    """Names in the registry's order: the variants, then the baselines (unknown names last, alphabetically)."""
+    order = list(VARIANTS) + list(BASELINES)
     return sorted(names, key=lambda v: (order.index(v) if v in order else len(order), v))
+
+
+# ---------------------------------------------------------------------------- baselines
+@dataclass(frozen=True)
+class Baseline:
+    """A feature set any result should beat: evaluated by the same classifiers as the variants."""
+
+    name: str
+    help: str
+    sources: tuple[str, ...]  # the config's `source` values it applies to
+    metrics: tuple[str, ...]  # the compared metrics the winning variant is compared with it on
+
+
+BASELINES: dict[str, Baseline] = {b.name: b for b in (
+    Baseline("cell_count", "one feature per sample: nuclei per tile (Otsu on `profiles.nuclei_channel`, as the "
+             "profiles path finds them), or the column `baselines.cell_count_column` of imported features",
+             ("simulate", "ingest", "features"), ("auroc_heldout",)),
+    Baseline("untrained", "the same MAE architecture with its initial weights (`mae.seed`, no training step), "
+             "embedded exactly like the trained one", ("simulate", "ingest"),
+             ("auroc_heldout", "sparsity", "concentration")),
+    Baseline("classical", "cp_measure's CellProfiler-style profiles of the same tiles (the profiles path, "
+             "docs/models.md)", ("simulate", "ingest"), ("auroc_heldout", "sparsity", "concentration")),
+)}
+BASELINE_NAMES = tuple(BASELINES)
+
+
+def baselines_markdown() -> str:
+    """The baseline table of docs/evaluation.md (written by ``cellica schema --docs``)."""
+    rows = ["| baseline | what it is | sources | compared on |", "|---|---|---|---|"]
+    rows += [f"| `{b.name}` | {b.help} | {', '.join(b.sources)} | {', '.join(b.metrics)} |" for b in BASELINES.values()]
+    return "\n".join(rows)
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -185,4 +216,6 @@ CLAIMS = (
            ("concentration", "pca_ica", "pca"))),
 )
 BATCH_CLAIM = "Batch signal removed: batch classifiers on controls less accurate on PCA+ICA than on Base"
+# Every claim's winner (the variant it says is best) is compared with each baseline on the claim's metrics.
+CLAIM_WINNER = CLAIMED_ORDER[0]
 RECALL_CLAIM = "Known relationships: PCA+ICA's {entity} map recalls more known pairs than PCA's and PCA+Rand's"

@@ -32,6 +32,7 @@ EVAL, SUMMARY, N_CHUNKS, N_PAGE_CHUNKS = PLAN.eval, PLAN.summary, PLAN.n_chunks,
 ENTITY, STABILITY, ALIGNMENT, CONFIG_HASH = PLAN.entity, PLAN.stability, PLAN.alignment, PLAN.hash
 CONFIG_FILE = (workflow.overwrite_configfiles or [DEMO_CONFIG])[-1]
 ENVIRONMENT = PLAN.environment
+BASELINES = PLAN.baselines
 
 
 # Every job's image under `--software-deployment-method apptainer` (workflow/envs/cellica.def).
@@ -56,6 +57,14 @@ def transform_args(wildcards):
 
 def transform_input(wildcards):
     return PLAN.transform_input()
+
+
+def baseline_input(wildcards):
+    return PLAN.baseline_input(wildcards.baseline)
+
+
+def baseline_args(wildcards):
+    return PLAN.baseline_args(wildcards.baseline)
 
 
 def evaluate_inputs(wildcards):
@@ -112,6 +121,8 @@ def log_effective_config():
     logger.info(f"cellica config {CONFIG_HASH} ({len(lines)} value(s) differ from the defaults):")
     for line in lines:
         logger.info(f"  {line}")
+    for line in PLAN.baseline_notes:
+        logger.info(line)
 
 
 def log_stage_times():

@@ -83,7 +83,7 @@ else:
         output:
             temp(f"{RESULTS}/embeddings/{{model}}/shards/{{shard}}-of-{N_SHARDS}.h5ad"),
         wildcard_constraints:
-            model=r"seed-?\d+|checkpoint",
+            model=r"seed-?\d+|checkpoint|untrained",
         log:
             f"{LOGS}/embed/{{model}}/{{shard}}-of-{N_SHARDS}.log",
         benchmark:

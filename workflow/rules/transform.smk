@@ -13,6 +13,8 @@ rule transform:
     output:
         features=FEATURES,
         model=f"{RESULTS}/features/{{variant}}.npz",
+    wildcard_constraints:
+        variant="|".join(VARIANTS),
     log:
         f"{LOGS}/transform/{{variant}}.log",
     benchmark:

@@ -53,7 +53,7 @@ def train_mae(ns: argparse.Namespace) -> None:
     from cellica.embed.params import TrainParams
     from cellica.embed.train import train_mae as run
 
-    run(ns.store, ns.out, params_of(TrainParams, ns), checkpoint_dir=ns.checkpoint_dir)
+    run(ns.store, ns.out, params_of(TrainParams, ns), checkpoint_dir=ns.checkpoint_dir, untrained=ns.untrained)
 
 
 def embed(ns: argparse.Namespace) -> None:
@@ -68,6 +68,20 @@ def profile_tiles(ns: argparse.Namespace) -> None:
     from cellica.embed.profiles import profile_store
 
     profile_store(ns.store, ns.out, params_of(ProfileParams, ns), shard=ns.shard)
+
+
+def count_nuclei(ns: argparse.Namespace) -> None:
+    from cellica.embed.cell_count import count_nuclei as run
+    from cellica.embed.params import ProfileParams
+
+    run(ns.store, ns.out, params_of(ProfileParams, ns), shard=ns.shard)
+
+
+def baseline(ns: argparse.Namespace) -> None:
+    from cellica.transform.files import baseline_file
+    from cellica.transform.params import TransformParams
+
+    baseline_file(ns.name, ns.input, ns.out, params_of(TransformParams, ns), ns.column)
 
 
 def gather_embeddings(ns: argparse.Namespace) -> None:
@@ -197,9 +211,10 @@ def schema(ns: argparse.Namespace) -> None:
 
     if ns.docs:
         from cellica.core.docs import write_block
-        from cellica.registry import variants_markdown
+        from cellica.registry import baselines_markdown, variants_markdown
 
         write_block(ns.docs, "variants", variants_markdown())
+        write_block(ns.docs, "baselines", baselines_markdown())
         write_block(ns.docs, "config-reference", reference_markdown())
     text = schema_yaml()
     if not ns.out:

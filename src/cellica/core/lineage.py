@@ -38,7 +38,15 @@ def _seal(fh, path) -> str:
 
 
 SOURCE = "(source)"  # the key naming the untransformed features every variant was made from
+
+
+def is_source(key: str) -> bool:
+    """Whether a lineage key names untransformed features (:data:`SOURCE`, or a baseline's own
+    ``(source of <name>)``), not a variant's."""
+    return key.startswith("(source")
 SOURCE_UNS = "lineage_source"  # .uns of a transformed features file: the seal of its input
+# .uns of a baseline's features: the key its source is recorded under (made from other embeddings)
+SOURCE_KEY_UNS = "lineage_source_key"
 
 
 def lineage_for(path: str | os.PathLike, variant: str) -> dict[str, str]:
@@ -48,9 +56,9 @@ def lineage_for(path: str | os.PathLike, variant: str) -> dict[str, str]:
 
     with h5_file(path) as fh:  # one open for both
         out = {variant: _seal(fh, path)}
-        node = fh.get(f"uns/{SOURCE_UNS}")
+        node, key = fh.get(f"uns/{SOURCE_UNS}"), fh.get(f"uns/{SOURCE_KEY_UNS}")
         if node is not None:
-            out[SOURCE] = node.asstr()[()]
+            out[SOURCE if key is None else key.asstr()[()]] = node.asstr()[()]
     return out
 
 

@@ -29,7 +29,7 @@ from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.remote import is_url, redact
 from cellica.embed.checkpoints import load_encoder
-from cellica.embed.loader import TileBlocks, make_loader
+from cellica.embed.loader import TileBlocks, auto_workers, make_loader
 from cellica.embed.params import EmbedParams
 from cellica.embed.train import resolve_device
 from cellica.store.tilestore import TileStore
@@ -57,22 +57,27 @@ def parse_shard(spec: str | None, n_tiles: int, shard_tiles: int) -> tuple[int, 
 def _encode_all(model, data, p: EmbedParams, device, shard: tuple[int, int, int, int]) -> np.ndarray:
     """Embeddings of every tile of ``data``, in tile order (checked)."""
     i, n, start, stop = shard
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+    cuda = device.type == "cuda"
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
+    workers = p.num_workers if p.num_workers is not None else auto_workers(device)
     chunks, seen = [], []
     bar = progress(total=stop - start, desc=f"embed {i}/{n}", unit="tile")
     with torch.inference_mode():
-        for idx, x in make_loader(data, p.num_workers):
+        for idx, x in make_loader(data, workers, pin_memory=cuda):
             with autocast:
                 z = model.encode(x.to(device, non_blocking=True), p.pooling, p.block)
             chunks.append(z.float().cpu().numpy())
             seen.append(idx.numpy())
             bar.update(len(idx))
     bar.close()
+    # Workers' batches arrive interleaved: each tile goes back to its place by its index (a
+    # tile's embedding does not depend on the order; every tile exactly once is checked).
     order = np.concatenate(seen) if seen else np.zeros(0, int)
-    if not np.array_equal(order, np.arange(start, stop)):
-        raise CellicaError(f"internal error: tiles came back out of order in shard {i}/{n}")
+    place = np.argsort(order, kind="stable")
+    if not np.array_equal(order[place], np.arange(start, stop)):
+        raise CellicaError(f"internal error: the loader did not return every tile of shard {i}/{n} exactly once")
     width = model.encoder.embed_dim * (2 if p.pooling == "both" else 1)
-    return np.concatenate(chunks) if chunks else np.zeros((0, width), np.float32)
+    return np.concatenate(chunks)[place] if chunks else np.zeros((0, width), np.float32)
 
 
 def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, out: str | os.PathLike | None = None,

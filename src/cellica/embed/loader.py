@@ -85,7 +85,31 @@ class TileBlocks(IterableDataset):
                 yield torch.from_numpy(idx[sl]), torch.from_numpy(self.normalizer(tiles[sl]))
 
 
-def make_loader(dataset: TileBlocks, num_workers: int = 0) -> DataLoader:
-    """A DataLoader over pre-batched blocks (batching happens in the dataset)."""
-    return DataLoader(dataset, batch_size=None, num_workers=num_workers,
+def make_loader(dataset: TileBlocks, num_workers: int = 0, pin_memory: bool = False) -> DataLoader:
+    """A DataLoader over pre-batched blocks (batching happens in the dataset). With several
+    workers, batches arrive interleaved across workers, not in tile order: callers that need
+    the order put it back from the indices each batch carries. ``pin_memory`` (for a CUDA
+    device) lets the host-to-device copies run asynchronously."""
+    return DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory,
                       persistent_workers=False, prefetch_factor=4 if num_workers else None)
+
+
+MAX_AUTO_WORKERS = 8
+
+
+def job_cpus() -> int:
+    """The CPUs this job may use: its SLURM allocation (``SLURM_CPUS_PER_TASK``), else the CPUs
+    this process is allowed to run on."""
+    value = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def auto_workers(device: torch.device) -> int:
+    """Loader workers when ``embed.num_workers`` is null: on a GPU, every CPU of the job but the
+    main process's (at most :data:`MAX_AUTO_WORKERS`), so reading and normalising keep the GPU
+    fed; on CPU none, as the model needs the cores itself."""
+    if device.type != "cuda":
+        return 0
+    return max(0, min(MAX_AUTO_WORKERS, job_cpus() - 1))

@@ -86,7 +86,10 @@ class EmbedParams(Params):
                        "biology better: docs/models.md).")
     device: str = like(TrainParams, "device", help="`auto` (CUDA with bf16 autocast if available, else CPU "
                        "float32), or a device name (as mae.device).")
-    num_workers: int = like(TrainParams, "num_workers")
+    num_workers: int | None = param(None, "DataLoader worker processes reading and normalising the store's "
+                                    "tiles. null: on a GPU every CPU of the job but one (SLURM_CPUS_PER_TASK, else "
+                                    "the CPUs this process may use; at most 8), on CPU none (the model needs the "
+                                    "cores). The embeddings do not depend on it.", ge=0)
     threads: int = like(TrainParams, "threads", help="CPU threads of torch while embedding; fixed, like "
                         "mae.threads, so the embeddings never depend on --cores.")
     model_name: str | None = param(None, "timm architecture of a plain timm-format checkpoint (cellica "

@@ -99,7 +99,6 @@ def profile_store(store_path: str | os.PathLike, out: str | os.PathLike | None =
     anndata.AnnData
         Tiles x features; ``.obs`` the store's metadata plus ``profile_objects``.
     """
-    from cellica.embed.extract import parse_shard
 
     try:
         import cp_measure  # noqa: F401
@@ -109,12 +108,8 @@ def profile_store(store_path: str | os.PathLike, out: str | os.PathLike | None =
     from importlib.metadata import version
 
     cp_version = version("cp_measure")
-    p = params or ProfileParams()
-    p.validate()
-    store = TileStore.open(store_path)
+    p, store, nuclei, (i, n, start, stop) = open_shard(store_path, params, shard)
     names = store.channel_names
-    nuclei = _channel_index(p.nuclei_channel, names, store.label)
-    i, n, start, stop = parse_shard(shard, store.n_tiles, store.shard_tiles)
     scale_max = int(np.iinfo(store.dtype).max)
     config = featurizer_config(names, p, scale_max)
     t0 = time.perf_counter()
@@ -153,6 +148,18 @@ def profile_store(store_path: str | os.PathLike, out: str | os.PathLike | None =
     if out is not None:
         write_h5ad(adata, out)
     return adata
+
+
+def open_shard(store_path, params: ProfileParams | None, shard: str | None):
+    """The checked parameters, the opened store, the nuclei channel's index and the shard's
+    ``(i, n, start, stop)``: what measuring and counting nuclei both start from."""
+    from cellica.embed.extract import parse_shard
+
+    p = params or ProfileParams()
+    p.validate()
+    store = TileStore.open(store_path)
+    nuclei = _channel_index(p.nuclei_channel, store.channel_names, store.label)
+    return p, store, nuclei, parse_shard(shard, store.n_tiles, store.shard_tiles)
 
 
 def _channel_index(channel: str, names: list[str], store: str) -> int:

@@ -64,7 +64,7 @@ def lr_factor(step: int, warmup: int, total: int) -> float:
 
 
 def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: TrainParams | None = None,
-              checkpoint_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+              checkpoint_dir: str | os.PathLike | None = None, untrained: bool = False) -> dict[str, Any]:
     """Pre-train an MAE on a tile store and write ``out`` (+ ``.json`` sidecar).
 
     Parameters
@@ -78,6 +78,9 @@ def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: Tra
     checkpoint_dir
         Where ``last.pt`` is written after every epoch (default: beside ``out``).
         With ``params.resume`` an existing ``last.pt`` of the same set-up is continued.
+    untrained
+        Write the initial weights (seeded by ``params.seed``) with the store's normaliser and
+        no training step: the untrained-encoder baseline, embedded exactly like the trained one.
 
     Returns
     -------
@@ -112,11 +115,12 @@ def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: Tra
              "store_sha256": store.content_sha256}
     history: list[dict[str, float]] = []
     start_epoch = 0
-    if p.resume and last.is_file():
+    if p.resume and last.is_file() and not untrained:
         start_epoch, history = _resume(last, setup, (model, opt, sched), device)
-    log.info("training %s (%d px, %d channels, patch %d) on %d %s tiles for %d epochs on %s",
-             cfg.model_name, cfg.img_size, cfg.in_chans, cfg.patch_size, idx.size, p.train_on, p.epochs, device)
-    for epoch in range(start_epoch, p.epochs):
+    log.info("%s %s (%d px, %d channels, patch %d) on %d %s tiles for %d epochs on %s",
+             "initialising (untrained baseline)" if untrained else "training", cfg.model_name, cfg.img_size,
+             cfg.in_chans, cfg.patch_size, idx.size, p.train_on, 0 if untrained else p.epochs, device)
+    for epoch in range(start_epoch, 0 if untrained else p.epochs):
         t0 = time.perf_counter()
         data = TileBlocks(store.path, idx, normalizer, p.batch_size, shuffle_seed=p.seed * 1000 + epoch,
                           generation=store.generation)
@@ -125,9 +129,10 @@ def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: Tra
         log.info("epoch %d/%d: loss %.4f, %.1f s", epoch + 1, p.epochs, mean_loss, history[-1]["seconds"])
         _save_checkpoint(last, (model, opt, sched), epoch, _setup_key(setup), history)
     store.check_unchanged()  # replaced during training: the weights would mix two stores
-    summary = {**setup, "history": history, "device": str(device), "final_loss": history[-1]["loss"] if history else None}
+    summary = {**setup, "history": history, "device": str(device), "untrained": untrained,
+               "final_loss": history[-1]["loss"] if history else None}
     save_model(model.cpu(), normalizer, out, extra={"training": summary})
-    log.info("wrote %s (final loss %.4f)", out, summary["final_loss"])
+    log.info("wrote %s (final loss %s)", out, "none: untrained" if untrained else f"{summary['final_loss']:.4f}")
     return summary
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from cellica.core.logs import get_logger
-from cellica.registry import BATCH_CLAIM, CLAIMS, RECALL_CLAIM
+from cellica.registry import BASELINES, BATCH_CLAIM, CLAIM_WINNER, CLAIMS, RECALL_CLAIM, Claim
 
 log = get_logger("compare")
 
@@ -19,8 +19,14 @@ log = get_logger("compare")
 
 
 
-def claims_table(comparisons: pd.DataFrame, batch: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The paper's claims, each ``holds`` / ``fails`` / ``inconclusive`` / ``not tested``, with the numbers."""
+def claims_table(comparisons: pd.DataFrame, batch: pd.DataFrame | None = None,
+                 baseline_comparisons: pd.DataFrame | None = None, baselines=()) -> pd.DataFrame:
+    """The paper's claims, each ``holds`` / ``fails`` / ``inconclusive`` / ``not tested``, with the numbers.
+
+    With ``baselines`` (their comparisons from :func:`cellica.evaluate.compare.compare_baselines`),
+    the ``baselines`` column says whether each claim's winner also beats every baseline on the
+    claim's metrics (:func:`beats_baselines`); the batch claim has none to compare (``n/a``).
+    """
     idx = comparisons.set_index(["metric", "variant", "other"])
     rows = []
     for claim in CLAIMS:
@@ -44,9 +50,41 @@ def claims_table(comparisons: pd.DataFrame, batch: pd.DataFrame | None = None) -
             verdict = "inconclusive"
         else:
             verdict = "not tested"
-        rows.append({"claim": claim.name, "verdict": verdict, "detail": "; ".join(parts) + _seed_text(per_seed)})
-    rows.append(_batch_claim(batch))
+        row = {"claim": claim.name, "verdict": verdict, "detail": "; ".join(parts) + _seed_text(per_seed)}
+        if baselines:
+            row["baselines"], text = beats_baselines(claim, baseline_comparisons, baselines)
+            row["detail"] += f"; baselines: {text}"
+        rows.append(row)
+    rows.append({**_batch_claim(batch), **({"baselines": "n/a"} if baselines else {})})
     return pd.DataFrame(rows)
+
+
+def beats_baselines(claim: Claim, comparisons: pd.DataFrame, baselines) -> tuple[str, str]:
+    """Whether ``claim``'s winner beats every baseline on the claim's metrics: ``yes`` (each
+    baseline beaten, every tested comparison higher), ``no`` (significantly lower on one),
+    ``inconclusive`` or ``not tested``; and the numbers behind it."""
+    winner = CLAIM_WINNER
+    metrics = list(dict.fromkeys(m for m, _, _ in claim.parts))
+    idx = comparisons.set_index(["metric", "variant", "other"]) if len(comparisons) else None
+    per_baseline, parts = [], []
+    for b in baselines:
+        verdicts, shared = [], [m for m in metrics if m in BASELINES[b].metrics]
+        if not shared:  # by design (cell_count has no importances to compare): no part of the verdict
+            parts.append(f"{b}: compared on {', '.join(BASELINES[b].metrics)} only")
+            continue
+        for metric in shared:
+            key = (metric, winner, b)
+            r = idx.loc[key] if idx is not None and key in idx.index else None
+            parts.append(f"{metric}: {_part_text(winner, b, r)}" if r is not None else
+                         f"{metric}: {winner} > {b}: not compared")
+            if r is not None and r["verdict"] != "not tested":
+                verdicts.append(r["verdict"])
+        per_baseline.append("not tested" if not verdicts else "no" if "lower" in verdicts
+                            else "yes" if all(v == "higher" for v in verdicts) else "inconclusive")
+    tested = [v for v in per_baseline if v != "not tested"]
+    verdict = ("not tested" if not tested else "no" if "no" in tested
+               else "yes" if len(tested) == len(per_baseline) and all(v == "yes" for v in tested) else "inconclusive")
+    return verdict, "; ".join(parts)
 
 
 def _seed_text(per_seed: list[dict[str, float]]) -> str:

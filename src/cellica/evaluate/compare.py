@@ -29,7 +29,7 @@ import pandas as pd
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.evaluate.power import power_note
-from cellica.registry import COMPARED_METRICS, GENE_METRICS, PAIRS
+from cellica.registry import BASELINES, CLAIM_WINNER, COMPARED_METRICS, GENE_METRICS, PAIRS
 
 log = get_logger("compare")
 
@@ -135,6 +135,26 @@ def compare_variants(values: pd.DataFrame, n_features: dict[str, int], n_boot: i
     sparsity depends on the length of the vector); other pairs are kept with a reason.
     ``entity`` (what the perturbations are called) words the reasons and power notes.
     """
+    return _with_verdicts(_comparison_rows(values, n_features, n_boot, seed, pairs, metrics, entity), entity)
+
+
+def compare_baselines(values: pd.DataFrame, n_features: dict[str, int], n_boot: int, seed: int,
+                      baselines, entity: str = "gene") -> pd.DataFrame:
+    """Paired differences ``winner - baseline``: the claims' winner (:data:`cellica.registry.CLAIM_WINNER`)
+    against each baseline, on the baseline's metrics (:data:`cellica.registry.BASELINES`).
+
+    Holm-corrected over these comparisons alone, a family of their own: the paper's
+    comparisons (:func:`compare_variants`) keep their p-values whether baselines run or not.
+    """
+    parts = [_comparison_rows(values, n_features, n_boot, seed, [(CLAIM_WINNER, b)], BASELINES[b].metrics, entity)
+             for b in baselines]
+    if not parts:
+        return pd.DataFrame(columns=["metric", "variant", "other", "row", "verdict"])
+    return _with_verdicts(pd.concat(parts, ignore_index=True), entity)
+
+
+def _comparison_rows(values: pd.DataFrame, n_features: dict[str, int], n_boot: int, seed: int, pairs, metrics,
+                     entity: str) -> pd.DataFrame:
     present = set(values["variant"])
     rows = []
     for metric in metrics:
@@ -155,7 +175,11 @@ def compare_variants(values: pd.DataFrame, n_features: dict[str, int], n_boot: i
             else:
                 row.update(_paired(m, a, b, n_boot, seed, entity))
             rows.append(row)
-    out = pd.DataFrame(rows)
+    return pd.DataFrame(rows)
+
+
+def _with_verdicts(out: pd.DataFrame, entity: str) -> pd.DataFrame:
+    """Holm over the table's comparisons, each one's verdict, and what would decide an inconclusive one."""
     out["p_holm"] = holm(out["p_value"])
     out["verdict"] = [direction(r) for r in out.itertuples()]
     # An inconclusive comparison says what would decide it (cellica.evaluate.power).

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cellica.core.params import Params, param
+from cellica.registry import BASELINE_NAMES
 
 BINNINGS = ("lightgbm", "controls")
 
@@ -71,3 +72,22 @@ class EvalParams(Params):
     def seed(self) -> int:
         """The first seed: subsamples and permutation nulls that are not repeated per seed."""
         return int(self.seeds[0])
+
+
+@dataclass
+class BaselineParams(Params):
+    """Baselines every result is read against (docs/evaluation.md, "Baselines"): each is a feature
+    set evaluated by the same per-gene classifiers, with intervals, and the winning variant of
+    each claim is compared with it (the claims' ``baselines`` column)."""
+
+    section = "baselines"
+
+    names: list[str] = param(["cell_count", "untrained"], "Which baselines to evaluate beside the variants: "
+                             + ", ".join(BASELINE_NAMES) + ". One that does not apply to the run (untrained with "
+                             "mae.checkpoint, profiles.enabled or source features, classical with profiles.enabled "
+                             "or source features, cell_count of "
+                             "imported features without cell_count_column) is left out and the run log says why. "
+                             "classical needs cp_measure (the profiles extra).", item_choices=BASELINE_NAMES,
+                             unique=True, cli=False)
+    cell_count_column: str | None = param(None, "Imported features only: the column (in `.obs`, e.g. "
+                                          "Metadata_Count_Cells, or a feature) holding each sample's cell count.")

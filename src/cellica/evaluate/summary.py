@@ -11,14 +11,14 @@ import pandas as pd
 
 from cellica.core.logs import get_logger
 from cellica.evaluate.claims import claims_table, recall_claim
-from cellica.evaluate.compare import compare_variants, gene_values, variant_means
-from cellica.registry import metrics_of
+from cellica.evaluate.compare import compare_baselines, compare_variants, gene_values, variant_means
+from cellica.registry import BASELINES, metrics_of
 
 log = get_logger("compare")
 
 
 SUMMARY_COLUMNS = ["table", "row", "variant", "metric", "value", "ci_low", "ci_high", "n", "seed_sd", "p_value",
-                   "p_holm", "verdict", "detail"]
+                   "p_holm", "verdict", "detail", "baselines"]
 
 
 def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.DataFrame, n_boot: int = 2000,
@@ -31,7 +31,11 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
     ``comparison`` (paired differences, Wilcoxon and Holm-corrected p-values) or
     ``claim`` (verdict and the numbers behind it). Columns: :data:`SUMMARY_COLUMNS`.
     ``maps`` (the gene maps' recall, recall differences and guide consistency tables) adds
-    their per-variant rows and the recall comparisons (:func:`map_rows`). ``entity`` (what
+    their per-variant rows and the recall comparisons (:func:`map_rows`). Per-gene tables of
+    baselines (their ``variant`` a name of :data:`cellica.registry.BASELINES`) get per-variant
+    rows like the variants, comparisons with the claims' winner (a Holm family of their own,
+    :func:`cellica.evaluate.compare.compare_baselines`) and the claims' ``baselines`` column
+    (:func:`cellica.evaluate.claims.beats_baselines`). ``entity`` (what
     the perturbations are called: gene, compound, ...) words the reasons and notes.
     """
     values = gene_values(per_gene)
@@ -51,16 +55,22 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
         means = pd.concat([means, _with_intervals(t)], ignore_index=True)
     n_features = per_gene.groupby("variant")["n_features"].first().to_dict() if "n_features" in per_gene else {}
     comps = compare_variants(values, n_features, n_boot, seed, entity=entity).assign(table="comparison")
-    claims = claims_table(comps, batch)
+    # Baselines: the per-gene tables' names that are not variants (registry order).
+    baselines = [b for b in BASELINES if b in set(per_gene["variant"])]
+    base_comps = compare_baselines(values, n_features, n_boot, seed, baselines, entity).assign(table="comparison")
+    claims = claims_table(comps, batch, base_comps, baselines)
     if maps:
         claims = pd.concat([claims, pd.DataFrame([recall_claim(maps[1], entity)])], ignore_index=True)
+    if baselines:  # the recall claim too has no baseline to compare (maps are the variants' only)
+        claims["baselines"] = claims["baselines"].fillna("n/a")
     claims = claims.rename(columns={"claim": "row"}).assign(table="claim", metric="claim")
-    out = pd.concat([genes, means, counts, comps, claims, *([map_rows(*maps)] if maps else [])], ignore_index=True)
+    out = pd.concat([genes, means, counts, comps, *([base_comps] if baselines else []), claims,
+                     *([map_rows(*maps)] if maps else [])], ignore_index=True)
     out = out.reindex(columns=SUMMARY_COLUMNS)
     for c in ("value", "ci_low", "ci_high", "seed_sd", "p_value", "p_holm"):
         out[c] = out[c].astype(float)
     out["n"] = out["n"].fillna(0).astype(int)
-    for c in ("row", "variant", "metric", "verdict", "detail"):
+    for c in ("row", "variant", "metric", "verdict", "detail", "baselines"):
         out[c] = out[c].fillna("").astype(str)
     return out
 

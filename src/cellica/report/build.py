@@ -10,7 +10,7 @@ from pathlib import Path
 from cellica.core.adata import stored_variant
 from cellica.core.atomic import read_parquet
 from cellica.core.errors import CellicaError
-from cellica.core.lineage import SOURCE, lineage_of, merge
+from cellica.core.lineage import is_source, lineage_of, merge
 from cellica.core.logs import get_logger
 from cellica.report.content import ReportInputs
 from cellica.report.pages import ReportBuilder
@@ -81,8 +81,8 @@ def report_from_files(summary: str | os.PathLike, per_gene: list, importances: l
     imps = [(str(p), read_parquet(p, "importances")) for p in importances]
     merge(named + imps, "report")  # the summary and the tables it draws beside it are of one run
     paired = dict(zip(names, map(Path, importances), strict=True))
-    own = {next(v for v in lineage_of(t) if v != SOURCE): Path(p) for p, t in imps
-           if any(v != SOURCE for v in lineage_of(t))}
+    own = {next(v for v in lineage_of(t) if not is_source(v)): Path(p) for p, t in imps
+           if any(not is_source(v) for v in lineage_of(t))}
     if set(own) == set(names):  # importances name their variant: their order does not matter
         paired = own
     elif own:

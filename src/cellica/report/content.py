@@ -14,7 +14,7 @@ import numpy as np
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.registry import METRICS, variant_order
+from cellica.registry import BASELINES, METRICS, variant_order
 from cellica.report.svg import number
 
 log = get_logger("report")
@@ -33,6 +33,7 @@ FEATURE_COLOR = "#555b6e"  # importance bars: features, not variants, so not a v
 
 
 DIRECTION = {True: "higher is better", False: "lower is better", None: ""}
+CLAIM_COLUMNS = ("row", "verdict", "baselines", "detail")  # the index's claims table (baselines: when run)
 
 
 @dataclass
@@ -82,6 +83,7 @@ def _env():
     env = Environment(loader=PackageLoader("cellica.report", "templates"), autoescape=select_autoescape(["html"]),
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["sentence"] = sentence  # first letter up, the rest as written: "MoA", not "Moa"
+    env.globals["baselines"] = BASELINES  # their columns are marked as baselines
     return env
 
 

@@ -26,6 +26,7 @@ from cellica.core.logs import get_logger, progress
 from cellica.core.names import safe_filename
 from cellica.registry import METRICS, sentence
 from cellica.report.content import (
+    CLAIM_COLUMNS,
     COUNT_METRICS,
     DIRECTION,
     FEATURE_COLOR,
@@ -106,7 +107,7 @@ class ReportBuilder:
                 "count_rows": count_rows, "gene_rows": rows[:self.page_size], "charts": charts, "entity": entity,
                 "all_rows": rows, "n_rows": len(rows), "prefix": "", "page": None,
                 "pages": page_links(len(rows), self.page_size, ""),
-                "claims": s[s["table"] == "claim"][["row", "verdict", "detail"]].to_dict("records"),
+                "claims": s[s["table"] == "claim"][[c for c in CLAIM_COLUMNS if c in s]].to_dict("records"),
                 "comparisons": self._comparisons(), "seeds": [int(x) for x in self.seeds],
                 "diagnostics": transform_diagnostics(self.inp.features) if self.inp.features else [],
                 "times": stage_times(self.inp.benchmarks).to_dict("records"),
@@ -160,7 +161,6 @@ class ReportBuilder:
         """Pictures of the variants' gene maps (their stored layouts), of their wells and of the
         plate layout (the qc tables): drawn here, computed by the stages that wrote them."""
         from cellica.qc.files import read_qc
-        from cellica.registry import variant_order
         from cellica.report.maps import (
             control_intensity,
             map_umaps,
@@ -169,12 +169,12 @@ class ReportBuilder:
             well_umaps,
         )
 
-        maps = {v: self.inp.maps[v] for v in variant_order(self.inp.maps)}
+        maps = {v: self.inp.maps[v] for v in _ordered(self.inp.maps)}
         recall, recall_note = recall_bars(self.inp.recall, self.variants) if self.inp.recall else ([], "")
         qc = read_qc(self.inp.qc) if self.inp.qc else {}
         layouts = qc.get("well_layouts")
         if layouts is not None:  # in the report's order of variants (a stable sort keeps the table's attrs)
-            rank = {v: i for i, v in enumerate(variant_order(list(dict.fromkeys(layouts["variant"]))))}
+            rank = {v: i for i, v in enumerate(_ordered(list(dict.fromkeys(layouts["variant"]))))}
             layouts = layouts.sort_values("variant", key=lambda v: v.map(rank), kind="stable")
         return {"umaps": map_umaps(maps, self.inp.store, entity=self.inp.entity) if maps else [], "recall": recall,
                 "recall_note": recall_note, "wells": well_umaps(layouts) if layouts is not None else [],

@@ -8,7 +8,7 @@ import os
 from cellica.core.adata import read_h5ad, seal, write_h5ad
 from cellica.core.atomic import atomic_outputs
 from cellica.core.errors import CellicaError
-from cellica.core.lineage import SOURCE_UNS, features_id
+from cellica.core.lineage import SOURCE_KEY_UNS, SOURCE_UNS, features_id
 from cellica.core.logs import get_logger
 from cellica.transform.params import TransformParams
 
@@ -49,4 +49,49 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
     with atomic_outputs([out, model_out], overwrite=True) as (tmp_out, tmp_model):
         seal(result).write_h5ad(tmp_out)
         model.write(tmp_model)
+    return result
+
+
+def baseline_file(name: str, input: PathLike, out: PathLike, params: TransformParams | None = None,
+                  column: str | None = None):
+    """The features of baseline ``name`` (:data:`cellica.registry.BASELINES`): ``input`` (its
+    embeddings), or only its ``column`` (a column of ``.obs`` or a feature: a cell count of
+    imported features), through the ``base`` variant, as the reference row is made. The file
+    records ``name`` as its variant, so every later stage tables it under that name; its
+    lineage names its own source (a baseline is made from other embeddings than the variants).
+
+    Raises
+    ------
+    CellicaError
+        An unknown name, a column ``input`` lacks, or a column with a missing or non-numeric value.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from cellica.core.adata import make_adata
+    from cellica.registry import BASELINES
+    from cellica.transform.variants import make_transform
+
+    if name not in BASELINES:
+        raise CellicaError(f"baseline: unknown name {name!r}; one of {', '.join(BASELINES)}")
+    adata = read_h5ad(input)
+    source = features_id(input)
+    if column:
+        if column in adata.obs:
+            values = pd.to_numeric(adata.obs[column], errors="coerce").to_numpy(float)
+        elif column in adata.var_names:
+            values = adata[:, [column]].X.ravel().astype(float)
+        else:
+            raise CellicaError(f"baseline {name}: {input} has no column {column!r} in .obs or its features")
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise CellicaError(f"baseline {name}: column {column!r} of {input} is missing or not a number in "
+                               f"{int(bad.sum())} sample(s), e.g. {adata.obs_names[bad][:3].tolist()}")
+        adata = make_adata(values[:, None], adata.obs.copy(), [str(column)], dict(adata.uns), str(input))
+    result = make_transform("base", params or TransformParams()).fit_transform(adata)
+    result.uns["transform"] = {**result.uns["transform"], "variant": name, "baseline": name, "as_variant": "base"}
+    result.uns[SOURCE_UNS] = source
+    result.uns[SOURCE_KEY_UNS] = f"(source of {name})"
+    write_h5ad(result, out)
+    log.info("baseline %s: %d samples x %d feature(s) from %s", name, result.n_obs, result.n_vars, input)
     return result

@@ -1,0 +1,153 @@
+"""Where embedding time goes, per tile: each part of ``cellica embed`` timed on its own, in one process.
+
+    python benchmarks/embed_breakdown.py [--tiles 512] [--size 224] [--models vit_tiny_patch16_224,vit_small_patch16_224]
+                                         [--batch 64] [--docs]
+
+The parts, in the order a tile meets them (each on the same tiles, timed alone, best of
+``--rounds``): the store's verified read and decode of whole shard slabs (``read_range``);
+the per-channel normalisation to float32 (``TileNormalizer``); the collation into batches
+(slicing and ``torch.from_numpy``, and pinning on CUDA); the host-to-device copy (CUDA
+only: on CPU the model reads host memory); the encoder's forward pass and pooling
+(``model.encode``, bf16 autocast on CUDA, as ``embed_store`` runs it); the move back
+(``.float().cpu().numpy()``); and building and writing the AnnData (``make_adata`` +
+``write_h5ad``). Beside them: ``embed_store`` end to end on the same store and checkpoint,
+and the loader alone (``TileBlocks`` through the DataLoader, ``--workers``), so the parts'
+sum can be checked against the whole. ``--docs`` writes the table into docs/benchmarks.md
+(``embed-breakdown``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from _docs import DOCS, markdown, write_block
+from embed import make_store
+
+from cellica.core.adata import make_adata, write_h5ad
+from cellica.embed.checkpoints import save_model
+from cellica.embed.extract import embed_store
+from cellica.embed.loader import TileBlocks, make_loader
+from cellica.embed.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
+from cellica.embed.params import EmbedParams
+from cellica.store.tilestore import TileStore
+
+
+def best(fn, rounds: int) -> float:
+    """The shortest of ``rounds`` timings of ``fn()`` (seconds), after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def parts(store_path: Path, model: MaskedAutoencoder, norm: TileNormalizer, n: int, batch: int, device: str,
+          rounds: int, tmp: Path) -> dict[str, float]:
+    """Seconds of each part for ``n`` tiles (the best of ``rounds``)."""
+    store = TileStore.open(store_path)
+    slabs = [(lo, min(lo + store.shard_tiles, n)) for lo in range(0, n, store.shard_tiles)]
+    raw = [store.read_range(lo, hi) for lo, hi in slabs]
+    normed = [norm(r) for r in raw]
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def collate():
+        out = []
+        for x in normed:
+            for s in range(0, len(x), batch):
+                t = torch.from_numpy(x[s:s + batch])
+                out.append(t.pin_memory() if cuda else t)
+        return out
+
+    batches = collate()
+    model = model.to(device).eval()
+
+    def to_device():
+        out = [b.to(device, non_blocking=True) for b in batches]
+        sync()
+        return out
+
+    on_device = to_device()
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
+
+    def forward():
+        with torch.inference_mode(), autocast:
+            out = [model.encode(x, "mean", -1) for x in on_device]
+        sync()
+        return out
+
+    encoded = forward()
+    z = np.concatenate([e.float().cpu().numpy() for e in encoded])
+    obs = store.metadata.iloc[:n].set_index("tile_id", drop=False)
+
+    def write():
+        write_h5ad(make_adata(z, obs, [f"mae_{k}" for k in range(z.shape[1])], {}, "bench"), tmp / "bench.h5ad")
+
+    return {
+        "read + decode (verified shard slabs)": best(lambda: [store.read_range(lo, hi) for lo, hi in slabs], rounds),
+        "normalise to float32": best(lambda: [norm(r) for r in raw], rounds),
+        "collate (batches, from_numpy" + (", pin)" if cuda else ")"): best(collate, rounds),
+        "host to device": best(to_device, rounds) if cuda else 0.0,
+        "forward + pooling": best(forward, rounds),
+        "device to host": best(lambda: [e.float().cpu().numpy() for e in encoded], rounds),
+        "AnnData build + write": best(write, rounds),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiles", type=int, default=512)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--models", default="vit_tiny_patch16_224,vit_small_patch16_224")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--docs", action="store_true")
+    args = ap.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rows, wholes = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        store = make_store(root, args.size, args.tiles)
+        n = TileStore.open(store).n_tiles
+        norm = TileNormalizer("tile")
+        for name in args.models.split(","):
+            torch.manual_seed(0)
+            model = MaskedAutoencoder(MAEConfig(model_name=name, in_chans=6, img_size=args.size, patch_size=16))
+            ckpt = save_model(model, norm, root / f"{name}.safetensors")
+            seconds = parts(store, model, norm, n, args.batch, device, args.rounds, root)
+            params = EmbedParams(batch_size=args.batch, device=device, num_workers=args.workers)
+            whole = best(lambda: embed_store(store, ckpt, params=params), args.rounds)  # noqa: B023
+            loader = best(lambda: sum(len(i) for i, _ in make_loader(  # noqa: B023
+                TileBlocks(store, np.arange(n), norm, args.batch), args.workers)), args.rounds)
+            total = sum(seconds.values())
+            for part, s in seconds.items():
+                rows.append({"model": name, "part": part, "ms per tile": 1e3 * s / n, "share of the parts": s / total,
+                             "tiles/s": n / s if s else float("nan")})
+            wholes.append({"model": name, "tiles": n, "sum of the parts s": total, "embed_store s": whole,
+                           "embed_store tiles/s": n / whole, "loader alone tiles/s": n / loader,
+                           "read + normalise tiles/s": n / (seconds["read + decode (verified shard slabs)"]
+                                                            + seconds["normalise to float32"])})
+    table, whole = pd.DataFrame(rows), pd.DataFrame(wholes)
+    where = torch.cuda.get_device_name(0) if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
+    print(whole.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    print(f"torch {torch.__version__}, {where}, {args.size} px, 6 channels, batch {args.batch}")
+    if args.docs:
+        head = (f"`python benchmarks/embed_breakdown.py --docs` ({where}, torch {torch.__version__}; {n} tiles of "
+                f"{args.size} px, 6 channels, uint16, shards of 64; batch {args.batch}; loader workers {args.workers})")
+        write_block(DOCS / "benchmarks.md", "embed-breakdown",
+                    f"{head}\n\n{markdown(table, ',.3f')}\n\n{markdown(whole, ',.2f')}")
+
+
+if __name__ == "__main__":
+    main()
