@@ -103,6 +103,36 @@ def parts(store_path: Path, model: MaskedAutoencoder, norm: TileNormalizer, n: i
     }
 
 
+class BlocksBefore(TileBlocks):
+    """The loader's loop as it was before #34 (kept here as the baseline; extraction order): each
+    shard's slab copied by fancy indexing and concatenated, then normalised per batch."""
+
+    def __iter__(self):
+        store = TileStore.open(self.store_path)
+        for g in self._blocks(store.shard_tiles):
+            tiles = np.concatenate([store.read_range(int(g[0]), int(g[-1]) + 1)[g - g[0]]])
+            for s in range(0, g.size, self.batch_size):
+                yield torch.from_numpy(g[s:s + self.batch_size]), torch.from_numpy(
+                    self.normalizer(tiles[s:s + self.batch_size]))
+
+
+def loaders(store_path: Path, n: int, norm: TileNormalizer, batch: int, rounds: int) -> list[dict]:
+    """Loader tiles/s in this one process (one core's worth of loading, no workers): before #34,
+    now on CPU (normalised in the loader), and now feeding a GPU (raw integer tiles)."""
+    def run(blocks) -> int:
+        return sum(len(i) for i, _ in make_loader(blocks))
+
+    ways = {"before #34: slab copied (fancy index + concatenate), normalised":
+            lambda: run(BlocksBefore(store_path, np.arange(n), norm, batch)),
+            "now, CPU default: slab as read, normalised in the loader":
+            lambda: run(TileBlocks(store_path, np.arange(n), norm, batch)),
+            "now, GPU default: raw integer tiles (normalised on the device)":
+            lambda: run(TileBlocks(store_path, np.arange(n), norm, batch, raw=True))}
+    times = {way: best(fn, rounds) for way, fn in ways.items()}
+    base = times[next(iter(times))]
+    return [{"loader": way, "tiles/s (one process)": n / t, "speed-up vs before": base / t} for way, t in times.items()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiles", type=int, default=512)
@@ -137,7 +167,9 @@ def main() -> None:
                            "embed_store tiles/s": n / whole, "loader alone tiles/s": n / loader,
                            "read + normalise tiles/s": n / (seconds["read + decode (verified shard slabs)"]
                                                             + seconds["normalise to float32"])})
+        loads = pd.DataFrame(loaders(store, n, norm, args.batch, max(args.rounds, 3)))
     table, whole = pd.DataFrame(rows), pd.DataFrame(wholes)
+    print(loads.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     where = torch.cuda.get_device_name(0) if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     print(whole.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
@@ -146,7 +178,7 @@ def main() -> None:
         head = (f"`python benchmarks/embed_breakdown.py --docs` ({where}, torch {torch.__version__}; {n} tiles of "
                 f"{args.size} px, 6 channels, uint16, shards of 64; batch {args.batch}; loader workers {args.workers})")
         write_block(DOCS / "benchmarks.md", "embed-breakdown",
-                    f"{head}\n\n{markdown(table, ',.3f')}\n\n{markdown(whole, ',.2f')}")
+                    f"{head}\n\n{markdown(table, ',.3f')}\n\n{markdown(whole, ',.2f')}\n\n{markdown(loads, ',.2f')}")
 
 
 if __name__ == "__main__":

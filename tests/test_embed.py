@@ -46,6 +46,37 @@ def test_loader_workers_give_the_same_embeddings_in_tile_order(tiny_store, tiny_
     np.testing.assert_array_equal(three.X, one.X)
 
 
+@pytest.mark.parametrize("mode", ["store", "tile", "instance"])
+def test_normalising_on_the_device_equals_the_loader_s_up_to_rounding(tiny_store, mode):
+    """The torch normalisation of integer pixels (uint16 crossing as int16 bytes) against the
+    numpy one the loader applies: float32 rounding apart, the same tiles, for every mode."""
+    from cellica.embed.loader import TileBlocks, make_loader, pixels_to_float, raw_tensor
+    from cellica.embed.mae import TileNormalizer
+
+    tiles = tiny_store.read_range(0, 20)
+    assert tiles.dtype == np.uint16
+    tiles[0, 0, 0, 0] = 65535  # the top bit: int16's sign, undone by pixels_to_float
+    norm = TileNormalizer(mode).fit(tiles) if mode == "store" else TileNormalizer(mode)
+    raw = raw_tensor(tiles)
+    assert raw.dtype == torch.int16 and pixels_to_float(raw, tiles.dtype).numpy().max() == 65535
+    np.testing.assert_allclose(norm.torch(pixels_to_float(raw, tiles.dtype)).numpy(), norm(tiles), rtol=1e-5,
+                               atol=1e-5)
+    u8 = (tiles >> 8).astype(np.uint8)
+    np.testing.assert_array_equal(pixels_to_float(raw_tensor(u8), u8.dtype).numpy(), u8.astype(np.float32))
+    batches = list(make_loader(TileBlocks(tiny_store.path, np.arange(20), norm, 7, raw=True)))
+    assert {b.dtype for _, b in batches} == {torch.int16} and sum(len(i) for i, _ in batches) == 20
+
+
+def test_embeddings_normalised_on_the_device_equal_the_loader_s(tiny_store, tiny_model):
+    loader = embed_store(tiny_store.path, tiny_model, params=EmbedParams(batch_size=16, normalize_on="loader"))
+    device = embed_store(tiny_store.path, tiny_model, params=EmbedParams(batch_size=16, normalize_on="device"))
+    assert device.uns["provenance"]["normalized_on"] == "device" and loader.uns["provenance"]["normalized_on"] == "loader"
+    np.testing.assert_allclose(device.X, loader.X, rtol=1e-4, atol=1e-4)
+    # auto on CPU normalises in the loader: the embeddings of before, bit for bit
+    np.testing.assert_array_equal(embed_store(tiny_store.path, tiny_model, params=EmbedParams(batch_size=16)).X,
+                                  loader.X)
+
+
 def test_loader_workers_by_default_follow_the_job_s_cpus(monkeypatch):
     from cellica.embed.loader import MAX_AUTO_WORKERS, auto_workers, job_cpus
 

@@ -29,7 +29,7 @@ from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.remote import is_url, redact
 from cellica.embed.checkpoints import load_encoder
-from cellica.embed.loader import TileBlocks, auto_workers, make_loader
+from cellica.embed.loader import TileBlocks, auto_workers, make_loader, pixels_to_float
 from cellica.embed.params import EmbedParams
 from cellica.embed.train import resolve_device
 from cellica.store.tilestore import TileStore
@@ -54,8 +54,10 @@ def parse_shard(spec: str | None, n_tiles: int, shard_tiles: int) -> tuple[int, 
     return i, n, int(edges[i]), int(min(edges[i + 1], n_tiles))
 
 
-def _encode_all(model, data, p: EmbedParams, device, shard: tuple[int, int, int, int]) -> np.ndarray:
-    """Embeddings of every tile of ``data``, in tile order (checked)."""
+def _encode_all(model, data: TileBlocks, p: EmbedParams, device, shard: tuple[int, int, int, int],
+                stored: np.dtype) -> np.ndarray:
+    """Embeddings of every tile of ``data``, in tile order (checked); ``data.raw`` tiles (of the
+    store's integer type ``stored``) are normalised on ``device``."""
     i, n, start, stop = shard
     cuda = device.type == "cuda"
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
@@ -64,8 +66,11 @@ def _encode_all(model, data, p: EmbedParams, device, shard: tuple[int, int, int,
     bar = progress(total=stop - start, desc=f"embed {i}/{n}", unit="tile")
     with torch.inference_mode():
         for idx, x in make_loader(data, workers, pin_memory=cuda):
+            x = x.to(device, non_blocking=True)
+            if data.raw:
+                x = data.normalizer.torch(pixels_to_float(x, stored))
             with autocast:
-                z = model.encode(x.to(device, non_blocking=True), p.pooling, p.block)
+                z = model.encode(x, p.pooling, p.block)
             chunks.append(z.float().cpu().numpy())
             seen.append(idx.numpy())
             bar.update(len(idx))
@@ -113,9 +118,11 @@ def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, ou
                                            p.adapt_channels, p.normalization, store_label=str(store.path))
     model = model.to(device).eval()
     block = model.block_index(p.block)  # before any tile is read: an index out of range stops here
-    data = TileBlocks(store.path, np.arange(start, stop), normalizer, p.batch_size, generation=store.generation)
+    on_device = p.normalize_on == "device" or (p.normalize_on == "auto" and device.type == "cuda")
+    data = TileBlocks(store.path, np.arange(start, stop), normalizer, p.batch_size, generation=store.generation,
+                      raw=on_device)
     t0 = time.perf_counter()
-    x = _encode_all(model, data, p, device, (i, n, start, stop))
+    x = _encode_all(model, data, p, device, (i, n, start, stop), store.dtype)
     seconds = time.perf_counter() - t0
     store.check_unchanged()  # replaced during the read: fail, never label new pixels with old rows
     obs = store.metadata.iloc[start:stop].set_index("tile_id", drop=False)
@@ -128,7 +135,7 @@ def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, ou
     provenance = {
         **info, "store": redact(store.path) if is_url(store.path) else str(Path(store.path).resolve()),
         "store_generation": store.generation,
-        "pooling": p.pooling, "block": block,
+        "pooling": p.pooling, "block": block, "normalized_on": "device" if on_device else "loader",
         "n_blocks": len(model.encoder.blocks), "device": str(device),
         "cellica_version": __version__, "params": asdict(p), "n_tiles": int(stop - start),
         "shard": {"index": i, "count": n, "start": start, "stop": stop}, "seconds": round(seconds, 3),

@@ -40,11 +40,14 @@ class TileBlocks(IterableDataset):
     generation
         The store generation the caller opened (:attr:`TileStore.generation`): a worker that
         finds another (the store was replaced meanwhile) fails instead of mixing two stores.
+    raw
+        Yield the pixels in their stored integer type, not normalised (:func:`raw_tensor`): the
+        caller normalises them on its device (:func:`pixels_to_float`, ``TileNormalizer.torch``).
     """
 
     def __init__(self, store_path: str | os.PathLike, indices: np.ndarray, normalizer: TileNormalizer,
                  batch_size: int, shuffle_seed: int | None = None, buffer_blocks: int = 4,
-                 generation: str | None = None):
+                 generation: str | None = None, raw: bool = False):
         super().__init__()
         self.store_path = str(store_path)
         self.indices = np.asarray(indices, dtype=np.int64)
@@ -53,6 +56,7 @@ class TileBlocks(IterableDataset):
         self.shuffle_seed = shuffle_seed
         self.buffer_blocks = buffer_blocks
         self.generation = generation
+        self.raw = raw
         self._store: TileStore | None = None
 
     def _blocks(self, shard_tiles: int) -> list[np.ndarray]:
@@ -76,13 +80,31 @@ class TileBlocks(IterableDataset):
             groups = groups[info.id :: info.num_workers]
         for group in groups:
             idx = np.concatenate(group)
-            tiles = np.concatenate([store.read_range(int(g[0]), int(g[-1]) + 1)[g - g[0]] for g in group])
+            slabs = [store.read_range(int(g[0]), int(g[-1]) + 1) for g in group]
+            # A block of consecutive tiles is its slab as read; only gaps need picking (a copy).
+            slabs = [s if g.size == s.shape[0] else s[g - g[0]] for g, s in zip(group, slabs, strict=True)]
+            tiles = slabs[0] if len(slabs) == 1 else np.concatenate(slabs)
             if rng is not None:
                 perm = rng.permutation(idx.size)
                 idx, tiles = idx[perm], tiles[perm]
             for start in range(0, idx.size, self.batch_size):
                 sl = slice(start, start + self.batch_size)
-                yield torch.from_numpy(idx[sl]), torch.from_numpy(self.normalizer(tiles[sl]))
+                x = raw_tensor(tiles[sl]) if self.raw else torch.from_numpy(self.normalizer(tiles[sl]))
+                yield torch.from_numpy(idx[sl]), x
+
+
+def raw_tensor(tiles: np.ndarray) -> torch.Tensor:
+    """Tiles in their stored integer type as a tensor: uint8 as it is; uint16 reinterpreted as
+    int16 (the same bytes; every torch device copies and widens int16), undone by :func:`pixels_to_float`."""
+    tiles = np.ascontiguousarray(tiles)
+    return torch.from_numpy(tiles.view(np.int16) if tiles.dtype == np.uint16 else tiles)
+
+
+def pixels_to_float(x: torch.Tensor, stored: np.dtype) -> torch.Tensor:
+    """Float32 pixels of a :func:`raw_tensor` batch (on any device): the exact stored values."""
+    if np.dtype(stored) == np.uint16:
+        return x.to(torch.int32).bitwise_and_(0xFFFF).float()
+    return x.float()
 
 
 def make_loader(dataset: TileBlocks, num_workers: int = 0, pin_memory: bool = False) -> DataLoader:

@@ -113,6 +113,25 @@ class TileNormalizer:
             std = np.asarray(self.std, np.float32)[None, :, None, None]
         return (x - mean) / (std + self.eps)
 
+    def torch(self, x: torch.Tensor) -> torch.Tensor:
+        """The same normalisation in torch, on ``x``'s device (float pixels, N x C x H x W): for
+        tiles that cross to a GPU in their stored integer type. Equal to :meth:`__call__` up to
+        float32 rounding (torch and numpy sum in another order; tests/test_embed.py bounds it)."""
+        x = x.float()
+        if self.mode == "instance":
+            x = x / 255.0
+            mean = x.mean(dim=(2, 3), keepdim=True)
+            return (x - mean) / torch.sqrt(x.var(dim=(2, 3), unbiased=False, keepdim=True) + 1e-5)
+        if self.mode == "tile":
+            mean = x.mean(dim=(2, 3), keepdim=True)
+            std = x.std(dim=(2, 3), unbiased=False, keepdim=True)
+        else:
+            if len(self.mean) != x.shape[1]:
+                raise CellicaError(f"store normalisation has {len(self.mean)} channels, tiles have {x.shape[1]}")
+            mean = torch.tensor(self.mean, dtype=torch.float32, device=x.device)[None, :, None, None]
+            std = torch.tensor(self.std, dtype=torch.float32, device=x.device)[None, :, None, None]
+        return (x - mean) / (std + self.eps)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -90,6 +90,11 @@ class EmbedParams(Params):
                                     "tiles. null: on a GPU every CPU of the job but one (SLURM_CPUS_PER_TASK, else "
                                     "the CPUs this process may use; at most 8), on CPU none (the model needs the "
                                     "cores). The embeddings do not depend on it.", ge=0)
+    normalize_on: str = param("auto", "Where tiles are normalised: `loader` (in the loader, numpy float32, "
+                              "before the copy to the device), `device` (the pixels cross in their stored "
+                              "integer type, half the bytes of float32, and are normalised there in torch: equal "
+                              "up to float32 rounding), `auto` (device on CUDA, loader on CPU, where it is the "
+                              "same work).", choices=("auto", "loader", "device"))
     threads: int = like(TrainParams, "threads", help="CPU threads of torch while embedding; fixed, like "
                         "mae.threads, so the embeddings never depend on --cores.")
     model_name: str | None = param(None, "timm architecture of a plain timm-format checkpoint (cellica "
