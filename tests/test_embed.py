@@ -71,6 +71,7 @@ def test_embeddings_normalised_on_the_device_equal_the_loader_s(tiny_store, tiny
     loader = embed_store(tiny_store.path, tiny_model, params=EmbedParams(batch_size=16, normalize_on="loader"))
     device = embed_store(tiny_store.path, tiny_model, params=EmbedParams(batch_size=16, normalize_on="device"))
     assert device.uns["provenance"]["normalized_on"] == "device" and loader.uns["provenance"]["normalized_on"] == "loader"
+    assert loader.uns["provenance"]["arithmetic"] == "float32"  # bf16 is CUDA's only (embed.precision)
     np.testing.assert_allclose(device.X, loader.X, rtol=1e-4, atol=1e-4)
     # auto on CPU normalises in the loader: the embeddings of before, bit for bit
     np.testing.assert_array_equal(embed_store(tiny_store.path, tiny_model, params=EmbedParams(batch_size=16)).X,

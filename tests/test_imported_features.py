@@ -21,6 +21,7 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
     centre each plate on its control profiles per well)."""
 
     rng = np.random.default_rng(0)
+    counts = np.random.default_rng(1)  # the cell counts' own stream: the embeddings stay those of rng alone
     rows, z = [], []
     for b in range(3):
         for w in range(8):
@@ -36,7 +37,7 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
                     z.append(f)
                     rows.append({"tile_id": f"b{b}w{w}{gene}{k}", "plate": f"P{b}", "well": f"W{w}",
                                  "batch": f"B{b}", "gene": gene, "ctrl": gene == "ctrl", "guide": f"{gene}_{k % 2}",
-                                 "site": k % 3, "n_cells": rng.poisson(20 if gene == "G0" else 40)})  # G0 kills cells
+                                 "site": k % 3, "n_cells": counts.poisson(20 if gene == "G0" else 40)})  # G0 kills cells
     z = np.asarray(z)
     offsets = np.repeat(rng.normal(0, 0.3, (3, 12)), [sum(r["batch"] == f"B{b}" for r in rows) for b in range(3)], 0)
     emb = z @ rng.normal(size=(4, 12)) + offsets + 0.05 * rng.normal(size=(len(z), 12))

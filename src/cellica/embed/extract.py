@@ -1,11 +1,12 @@
 """Extraction of embeddings from a tile store into AnnData (``cellica embed``).
 
 Tiles stream from the store in shard-aligned blocks (a DataLoader whose workers
-read and normalise), the encoder runs in inference mode (bf16 autocast on CUDA,
-float32 on CPU) up to the chosen block (``embed.block``: the last by default), tokens
-are pooled (mean of patch tokens, the class token, or both),
-and the result is an AnnData: ``.X`` float32 tiles x dims, ``.obs`` the store's
-metadata indexed by ``tile_id``, ``.uns["provenance"]`` what made it.
+read and normalise, or only read when the device normalises), the encoder runs in
+inference mode (bf16 autocast on CUDA unless ``embed.precision: fp32``; float32 on CPU)
+up to the chosen block (``embed.block``: the last by default), tokens are pooled (mean of
+patch tokens, the class token, or both), and the result is an AnnData: ``.X`` float32
+tiles x dims, ``.obs`` the store's metadata indexed by ``tile_id``, ``.uns["provenance"]``
+what made it.
 
 For clusters, ``shard="i/n"`` embeds the i-th of n contiguous, shard-aligned
 ranges; :func:`gather_embeddings` concatenates the pieces in tile order and
@@ -60,7 +61,8 @@ def _encode_all(model, data: TileBlocks, p: EmbedParams, device, shard: tuple[in
     store's integer type ``stored``) are normalised on ``device``."""
     i, n, start, stop = shard
     cuda = device.type == "cuda"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
+    bf16 = cuda and p.precision == "bf16"
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     workers = p.num_workers if p.num_workers is not None else auto_workers(device)
     chunks, seen = [], []
     bar = progress(total=stop - start, desc=f"embed {i}/{n}", unit="tile")
@@ -136,6 +138,7 @@ def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, ou
         **info, "store": redact(store.path) if is_url(store.path) else str(Path(store.path).resolve()),
         "store_generation": store.generation,
         "pooling": p.pooling, "block": block, "normalized_on": "device" if on_device else "loader",
+        "arithmetic": "bf16 autocast" if device.type == "cuda" and p.precision == "bf16" else "float32",
         "n_blocks": len(model.encoder.blocks), "device": str(device),
         "cellica_version": __version__, "params": asdict(p), "n_tiles": int(stop - start),
         "shard": {"index": i, "count": n, "start": start, "stop": stop}, "seconds": round(seconds, 3),

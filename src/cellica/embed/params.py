@@ -90,6 +90,9 @@ class EmbedParams(Params):
                                     "tiles. null: on a GPU every CPU of the job but one (SLURM_CPUS_PER_TASK, else "
                                     "the CPUs this process may use; at most 8), on CPU none (the model needs the "
                                     "cores). The embeddings do not depend on it.", ge=0)
+    precision: str = param("bf16", "Arithmetic of the forward pass on CUDA: `bf16` (autocast, the fast path) or "
+                           "`fp32` (full float32: slower, for checking bf16's effect). On CPU always float32.",
+                           choices=("bf16", "fp32"))
     normalize_on: str = param("auto", "Where tiles are normalised: `loader` (in the loader, numpy float32, "
                               "before the copy to the device), `device` (the pixels cross in their stored "
                               "integer type, half the bytes of float32, and are normalised there in torch: equal "
