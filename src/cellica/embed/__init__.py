@@ -9,6 +9,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "gather_embeddings": "cellica.embed.extract",
     "import_features": "cellica.embed.features",
     "profile_store": "cellica.embed.profiles",
+    "count_nuclei": "cellica.embed.cell_count",
     "TrainParams": "cellica.embed.params",
     "EmbedParams": "cellica.embed.params",
     "FeatureTableParams": "cellica.embed.params",

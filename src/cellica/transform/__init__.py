@@ -8,6 +8,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "compose": "cellica.transform.variants",
     "Step": "cellica.transform.steps",
     "transform_file": "cellica.transform.files",
+    "baseline_file": "cellica.transform.files",
     "Transform": "cellica.transform.base",
     "TransformParams": "cellica.transform.params",
 })
