@@ -33,7 +33,7 @@ from embed import make_store
 from cellica.core.adata import make_adata, write_h5ad
 from cellica.embed.checkpoints import save_model
 from cellica.embed.extract import embed_store
-from cellica.embed.loader import TileBlocks, make_loader
+from cellica.embed.loader import TileBlocks, job_cpus, make_loader
 from cellica.embed.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
 from cellica.embed.params import EmbedParams
 from cellica.store.tilestore import TileStore
@@ -118,9 +118,10 @@ class BlocksBefore(TileBlocks):
 
 def loaders(store_path: Path, n: int, norm: TileNormalizer, batch: int, rounds: int) -> list[dict]:
     """Loader tiles/s in this one process (one core's worth of loading, no workers): before #34,
-    now on CPU (normalised in the loader), and now feeding a GPU (raw integer tiles)."""
-    def run(blocks) -> int:
-        return sum(len(i) for i, _ in make_loader(blocks))
+    now on CPU (normalised in the loader), and now feeding a GPU (raw integer tiles); then the
+    last with one worker process per CPU of the job."""
+    def run(blocks, workers: int = 0) -> int:
+        return sum(len(i) for i, _ in make_loader(blocks, workers))
 
     ways = {"before #34: slab copied (fancy index + concatenate), normalised":
             lambda: run(BlocksBefore(store_path, np.arange(n), norm, batch)),
@@ -128,9 +129,13 @@ def loaders(store_path: Path, n: int, norm: TileNormalizer, batch: int, rounds: 
             lambda: run(TileBlocks(store_path, np.arange(n), norm, batch)),
             "now, GPU default: raw integer tiles (normalised on the device)":
             lambda: run(TileBlocks(store_path, np.arange(n), norm, batch, raw=True))}
+    cpus = job_cpus()
+    if cpus > 1:  # the same, read by one worker process per CPU: does reading scale with cores?
+        ways[f"now, GPU default, {cpus} worker processes"] = lambda: run(
+            TileBlocks(store_path, np.arange(n), norm, batch, raw=True), cpus)
     times = {way: best(fn, rounds) for way, fn in ways.items()}
     base = times[next(iter(times))]
-    return [{"loader": way, "tiles/s (one process)": n / t, "speed-up vs before": base / t} for way, t in times.items()]
+    return [{"loader": way, "tiles/s": n / t, "speed-up vs before": base / t} for way, t in times.items()]
 
 
 def main() -> None:
