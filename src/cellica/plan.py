@@ -191,9 +191,13 @@ class RunPlan:
 
     def transform_input(self) -> str:
         """Tile embeddings, or well means when ``transform.level`` is wells (image sources only)."""
-        if self.config["transform"]["level"] == "wells" and self.config["source"] != "features":
-            return self.wells
-        return self.emb
+        return self._at_level(self.model_tag)
+
+    def _at_level(self, model: str) -> str:
+        """The embeddings of ``{model}`` at ``transform.level`` (image sources), or the imported features."""
+        if self.config["source"] == "features":
+            return self.emb
+        return (self.wells_of if self.config["transform"]["level"] == "wells" else self.emb_of).format(model=model)
 
     def stability_embeddings(self) -> list[str]:
         """The embeddings of the MAEs trained with each of ``stability.seeds`` (aligned pairwise)."""
@@ -206,11 +210,7 @@ class RunPlan:
     def baseline_input(self, name: str) -> str:
         """A baseline's embeddings: tiles or wells as ``transform.level`` says (image sources), or
         the imported features whose ``baselines.cell_count_column`` is the count."""
-        if self.config["source"] == "features":
-            return self.emb
-        model = {"classical": "cp_measure"}.get(name, name)
-        level = self.wells_of if self.config["transform"]["level"] == "wells" else self.emb_of
-        return level.format(model=model)
+        return self._at_level({"classical": "cp_measure"}.get(name, name))
 
     def nuclei_args(self) -> str:
         """``cellica count-nuclei`` options: only the profile parameters a count depends on."""

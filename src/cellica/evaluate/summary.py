@@ -56,7 +56,8 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
     n_features = per_gene.groupby("variant")["n_features"].first().to_dict() if "n_features" in per_gene else {}
     comps = compare_variants(values, n_features, n_boot, seed, entity=entity).assign(table="comparison")
     # Baselines: the per-gene tables' names that are not variants (registry order).
-    baselines = [b for b in BASELINES if b in set(per_gene["variant"])]
+    present = set(per_gene["variant"])
+    baselines = [b for b in BASELINES if b in present]
     base_comps = compare_baselines(values, n_features, n_boot, seed, baselines, entity).assign(table="comparison")
     claims = claims_table(comps, batch, base_comps, baselines)
     if maps:
