@@ -52,7 +52,7 @@ def test_the_pages_speak_of_compounds_and_the_split_each_used(bbbc021_run):
     results, reports = bbbc021_run
     index = (reports / "index.html").read_text()
     seen = _text(index)
-    assert "69 compounds × 4 feature variants" in seen and "Compound maps" in seen
+    assert "69 compounds × 4 feature sets (variants)" in seen and "Compound maps" in seen
     assert " of \" + rows.length + \" compounds\"" in index  # the gene table's counter
     # Every compound occurs in one week: no held-out AUROC exists, and the claim says why.
     claims = {row[0]: (row[1], row[2]) for row in Tables(index).tables["claims"][1:]}
