@@ -43,12 +43,12 @@ from cellica.store.simulate import simulate_screen
 BF16_PEAK_TFLOPS = 989.0
 
 
-def make_store(root: Path, size: int, n_tiles: int) -> Path:
+def make_store(root: Path, size: int, n_tiles: int, compression: str = "zstd") -> Path:
     per_plate = max(1, n_tiles // 32)
     params = SimulationParams(n_genes=2, guides_per_gene=1, n_experiments=1, plates_per_experiment=4,
                               experiments_per_gene=1, control_wells_per_plate=6, tiles_per_well=per_plate,
-                              tile_size=size, n_channels=6, shard_tiles=64)
-    return simulate_screen(root / f"s{size}-{n_tiles}.zarr", params).path
+                              tile_size=size, n_channels=6, shard_tiles=64, compression=compression)
+    return simulate_screen(root / f"s{size}-{n_tiles}-{compression}.zarr", params).path
 
 
 def loader_rate(store: Path, normalizer: TileNormalizer, n: int, workers: int) -> float:

@@ -1,7 +1,7 @@
 """Where embedding time goes, per tile: each part of ``cellica embed`` timed on its own, in one process.
 
     python benchmarks/embed_breakdown.py [--tiles 512] [--size 224] [--models vit_tiny_patch16_224,vit_small_patch16_224]
-                                         [--batch 64] [--docs]
+                                         [--batch 64] [--loader-tiles 1024] [--docs]
 
 The parts, in the order a tile meets them (each on the same tiles, timed alone, best of
 ``--rounds``): the store's verified read and decode of whole shard slabs (``read_range``);
@@ -12,14 +12,18 @@ only: on CPU the model reads host memory); the encoder's forward pass and poolin
 (``.float().cpu().numpy()``); and building and writing the AnnData (``make_adata`` +
 ``write_h5ad``). Beside them: ``embed_store`` end to end on the same store and checkpoint,
 and the loader alone (``TileBlocks`` through the DataLoader, ``--workers``), so the parts'
-sum can be checked against the whole. ``--docs`` writes the table into docs/benchmarks.md
-(``embed-breakdown``).
+sum can be checked against the whole. A last table compares the loaders per core (the process
+pinned to one CPU, on ``--loader-tiles`` tiles): before #34 (zarr decoding, copies, normalising
+in the loader), the CPU path and the GPU path now, the GPU path from a store written with
+``compression: lz4``, and the GPU path with a worker process per CPU. ``--docs`` writes the
+tables into docs/benchmarks.md (``embed-breakdown``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -105,10 +109,12 @@ def parts(store_path: Path, model: MaskedAutoencoder, norm: TileNormalizer, n: i
 
 class BlocksBefore(TileBlocks):
     """The loader's loop as it was before #34 (kept here as the baseline; extraction order): each
-    shard's slab copied by fancy indexing and concatenated, then normalised per batch."""
+    shard decoded by zarr's codec pipeline, its slab copied by fancy indexing and concatenated,
+    then normalised per batch."""
 
     def __iter__(self):
         store = TileStore.open(self.store_path)
+        store._decoder.direct = None  # zarr decodes, as before #34
         for g in self._blocks(store.shard_tiles):
             tiles = np.concatenate([store.read_range(int(g[0]), int(g[-1]) + 1)[g - g[0]]])
             for s in range(0, g.size, self.batch_size):
@@ -116,24 +122,40 @@ class BlocksBefore(TileBlocks):
                     self.normalizer(tiles[s:s + self.batch_size]))
 
 
-def loaders(store_path: Path, n: int, norm: TileNormalizer, batch: int, rounds: int) -> list[dict]:
-    """Loader tiles/s in this one process (one core's worth of loading, no workers): before #34,
-    now on CPU (normalised in the loader), and now feeding a GPU (raw integer tiles); then the
-    last with one worker process per CPU of the job."""
+@contextlib.contextmanager
+def one_core():
+    """This process (and the threads it starts: zarr's, Blosc's) pinned to one CPU, so a rate is
+    a rate per core whatever the machine has."""
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+def loaders(store_path: Path, lz4_path: Path, n: int, norm: TileNormalizer, batch: int, rounds: int) -> list[dict]:
+    """Loader tiles/s per core (this one process pinned to one CPU, no workers): before #34, now
+    on CPU (normalised in the loader), and now feeding a GPU (raw integer tiles), from the
+    default (zstd) store and from the same tiles stored with lz4; then the GPU path with one
+    worker process per CPU of the job, unpinned."""
     def run(blocks, workers: int = 0) -> int:
         return sum(len(i) for i, _ in make_loader(blocks, workers))
 
-    ways = {"before #34: slab copied (fancy index + concatenate), normalised":
+    ways = {"before #34: zarr decodes, slab copied (fancy index + concatenate), normalised":
             lambda: run(BlocksBefore(store_path, np.arange(n), norm, batch)),
-            "now, CPU default: slab as read, normalised in the loader":
+            "now, CPU default: direct decode, slab as read, normalised in the loader":
             lambda: run(TileBlocks(store_path, np.arange(n), norm, batch)),
-            "now, GPU default: raw integer tiles (normalised on the device)":
-            lambda: run(TileBlocks(store_path, np.arange(n), norm, batch, raw=True))}
+            "now, GPU default: direct decode, raw integer tiles (normalised on the device)":
+            lambda: run(TileBlocks(store_path, np.arange(n), norm, batch, raw=True)),
+            "now, GPU default, store written with compression lz4":
+            lambda: run(TileBlocks(lz4_path, np.arange(n), norm, batch, raw=True))}
+    with one_core():
+        times = {f"{way}; one core": best(fn, rounds) for way, fn in ways.items()}
     cpus = job_cpus()
     if cpus > 1:  # the same, read by one worker process per CPU: does reading scale with cores?
-        ways[f"now, GPU default, {cpus} worker processes"] = lambda: run(
-            TileBlocks(store_path, np.arange(n), norm, batch, raw=True), cpus)
-    times = {way: best(fn, rounds) for way, fn in ways.items()}
+        times[f"now, GPU default, {cpus} worker processes on {cpus} cores"] = best(lambda: run(
+            TileBlocks(store_path, np.arange(n), norm, batch, raw=True), cpus), rounds)
     base = times[next(iter(times))]
     return [{"loader": way, "tiles/s": n / t, "speed-up vs before": base / t} for way, t in times.items()]
 
@@ -144,6 +166,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--models", default="vit_tiny_patch16_224,vit_small_patch16_224")
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--loader-tiles", type=int, default=1024, help="tiles of the loaders' comparison")
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--docs", action="store_true")
@@ -172,7 +195,11 @@ def main() -> None:
                            "embed_store tiles/s": n / whole, "loader alone tiles/s": n / loader,
                            "read + normalise tiles/s": n / (seconds["read + decode (verified shard slabs)"]
                                                             + seconds["normalise to float32"])})
-        loads = pd.DataFrame(loaders(store, n, norm, args.batch, max(args.rounds, 3)))
+        # The loaders on more tiles (their start-up, workers' above all, weighs less).
+        zstd, lz4 = (make_store(root, args.size, args.loader_tiles, compression=c) for c in ("zstd", "lz4"))
+        m = TileStore.open(zstd).n_tiles
+        np.testing.assert_array_equal(TileStore.open(lz4).read_range(0, m), TileStore.open(zstd).read_range(0, m))
+        loads = pd.DataFrame(loaders(zstd, lz4, m, norm, args.batch, max(args.rounds, 3)))
     table, whole = pd.DataFrame(rows), pd.DataFrame(wholes)
     print(loads.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     where = torch.cuda.get_device_name(0) if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
@@ -181,7 +208,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {where}, {args.size} px, 6 channels, batch {args.batch}")
     if args.docs:
         head = (f"`python benchmarks/embed_breakdown.py --docs` ({where}, torch {torch.__version__}; {n} tiles of "
-                f"{args.size} px, 6 channels, uint16, shards of 64; batch {args.batch}; loader workers {args.workers})")
+                f"{args.size} px, 6 channels, uint16, shards of 64; batch {args.batch}; loader workers {args.workers}; the loaders' comparison on "
+                f"{m} tiles)")
         write_block(DOCS / "benchmarks.md", "embed-breakdown",
                     f"{head}\n\n{markdown(table, ',.3f')}\n\n{markdown(whole, ',.2f')}\n\n{markdown(loads, ',.2f')}")
 

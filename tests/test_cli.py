@@ -118,7 +118,8 @@ def test_every_path_option_has_a_role():
 
     # the commands' own options that are not files
     not_files = {"overwrite", "stat_tiles", "max_rows", "verify", "variant", "shard", "chunk", "threads", "check",
-                 "config_hash", "gene", "part", "index_only", "entity", "seed", "untrained", "name", "column"}
+                 "config_hash", "gene", "part", "index_only", "entity", "seed", "untrained", "name", "column",
+                 "embed_rate", "job_hours"}
     seen = set()
     for name, _, _, args, params in COMMANDS:
         for flag, _ in args:

@@ -3,6 +3,7 @@ import pandas as pd
 import pytest
 
 from cellica.core.errors import CellicaError
+from cellica.store.shards import direct_layout, index_size
 from cellica.store.tilestore import TileStore
 
 
@@ -121,3 +122,84 @@ def test_summary_counts(tiny_store):
     assert info["n_controls"] == int(tiny_store.metadata["is_control"].sum())
     assert info["per_batch"].sum() == tiny_store.n_tiles
     assert list(info["channel_stats"]["channel"]) == tiny_store.channel_names
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16"])
+@pytest.mark.parametrize("checksums", [True, False])
+@pytest.mark.parametrize("compression", ["zstd", "lz4"])
+def test_the_direct_decoder_reads_what_zarr_reads(tmp_path, dtype, checksums, compression):
+    import json
+
+    import zarr
+
+    rng = np.random.default_rng(3)
+    top = np.iinfo(dtype).max
+    tiles = (rng.gamma(2.0, top / 12, size=(11, 2, 16, 16))).clip(0, top).astype(dtype)
+    tiles[4] = 0  # an all-fill tile: zarr writes no chunk for it (an empty index entry)
+    tiles[7, 1] = top
+    path = tmp_path / "s.zarr"
+    with TileStore.create(path, ["a", "b"], (16, 16), dtype, {"source": "test"}, 4, checksums=checksums,
+                          compression=compression) as w:
+        w.append(tiles, _meta(11))
+    store = TileStore.open(path)
+    blosc = json.loads((path / "tiles" / "zarr.json").read_bytes())["codecs"][0]["configuration"]["codecs"][1]
+    assert store.attrs["compression"] == compression == blosc["configuration"]["cname"]
+    assert store._decoder.direct is not None and store._decoder.direct.chunk_crc == checksums  # the fast path runs
+    index = np.frombuffer(store.shard_file(1).read_bytes()[-index_size(4):-4], "<u8").reshape(4, 2)
+    assert index[0].tolist() == [2**64 - 1] * 2  # tile 4 has no chunk
+    by_zarr = np.asarray(zarr.open_array(str(path / "tiles"), mode="r")[:])
+    np.testing.assert_array_equal(by_zarr, tiles)
+    for start, stop in [(0, 11), (0, 4), (3, 9), (8, 11), (10, 11), (4, 5)]:
+        got = store.read_range(start, stop)
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got, by_zarr[start:stop])
+    np.testing.assert_array_equal(store.read([10, 0, 4, 4, 7]), by_zarr[[10, 0, 4, 4, 7]])
+    # A layout it does not know (here: the index at the shard's start) is left to zarr.
+    meta = json.loads((path / "tiles" / "zarr.json").read_bytes())
+    assert direct_layout(meta) is not None
+    meta["codecs"][0]["configuration"]["index_location"] = "start"
+    assert direct_layout(meta) is None
+
+
+def test_a_damaged_chunk_of_a_store_without_a_manifest_is_named(tmp_path):
+    """Stores written before manifests had only the chunks' crc32c: the direct decoder checks it."""
+    import json
+
+    path = tmp_path / "s.zarr"
+    store = _write(path, sizes=(13,), shard=4)
+    attrs_file = path / "zarr.json"
+    meta = json.loads(attrs_file.read_text())
+    meta["attributes"].pop("manifest")
+    attrs_file.write_text(json.dumps(meta))
+    shard = TileStore.open(path).shard_file(1)
+    data = bytearray(shard.read_bytes())
+    data[20] ^= 0xFF  # inside the first chunk's compressed bytes
+    shard.write_bytes(bytes(data))
+    store = TileStore.open(path)
+    np.testing.assert_array_equal(store.read_range(0, 4), _tiles(4))  # the other shards still read
+    with pytest.raises(CellicaError, match=r"tiles/c/1/0/0/0 \(tiles 4-7\) is damaged: .*crc32c"):
+        store.read_range(4, 8)
+
+
+def test_verify_checks_every_chunk_even_where_the_shard_checksum_agrees(tmp_path):
+    """Reads check the whole shard's crc32c (the chunks' would check the same bytes again);
+    ``inspect --verify`` checks the chunks' too: a shard damaged and its manifest entry
+    rewritten to match is still caught."""
+    import json
+
+    import google_crc32c
+
+    path = tmp_path / "s.zarr"
+    _write(path, sizes=(13,), shard=4)
+    shard = TileStore.open(path).shard_file(1)
+    data = bytearray(shard.read_bytes())
+    data[20] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    meta = json.loads((path / "zarr.json").read_text())
+    meta["attributes"]["manifest"]["shard_crc32c"][1] = google_crc32c.value(bytes(data))
+    (path / "zarr.json").write_text(json.dumps(meta))
+    store = TileStore.open(path)
+    with pytest.raises(CellicaError, match=r"\(tiles 4-7\) is damaged: ValueError: chunk 0's crc32c does not match"):
+        store.read_range(4, 8, check_chunks=True)
+    with pytest.raises(CellicaError, match="chunk 0's crc32c does not match"):
+        store.verify()

@@ -46,6 +46,10 @@ def inspect(ns: argparse.Namespace) -> None:
     store = TileStore.open(ns.store)
     text = store.describe(verify=ns.verify, max_stat_tiles=ns.stat_tiles, max_rows=ns.max_rows)
     store.check_unchanged()
+    if ns.embed_rate is not None:
+        from cellica.embed.sizing import size_embed
+
+        text += "\nembedding jobs: " + size_embed(store.n_tiles, store.shard_tiles, ns.embed_rate, ns.job_hours).text()
     show(text)
 
 

@@ -63,7 +63,12 @@ COMMANDS = [
       ("--stat-tiles", {"type": int, "default": 2048, "help": "tiles sampled for intensity stats"}),
       ("--max-rows", {"type": int, "default": 30, "help": "rows shown per table"}),
       ("--verify", {"action": "store_true", "help": "read every tile back: every shard present, every chunk's "
-                    "checksum and the content digest"})], None),
+                    "checksum and the content digest"}),
+      ("--embed-rate", {"type": float, "default": None, "metavar": "TILES_PER_S",
+                        "help": "size the embedding jobs for this rate of one job (an embed log's tiles/s): "
+                        "embed.shards and each job's runtime (docs/hpc.md)"}),
+      ("--job-hours", {"type": float, "default": 2.0, "help": "with --embed-rate: the longest an embed job should run"})],
+     None),
     ("train-mae", "pre-train a masked autoencoder (timm ViT) on a tile store", commands.train_mae,
      [STORE, ("--out", {**REQ, "help": "weights to write (*.safetensors, with a .json sidecar)"}),
       ("--checkpoint-dir", {"default": None, "help": "per-epoch checkpoints (default: beside --out)"}),

@@ -113,7 +113,16 @@ def make_loader(dataset: TileBlocks, num_workers: int = 0, pin_memory: bool = Fa
     the order put it back from the indices each batch carries. ``pin_memory`` (for a CUDA
     device) lets the host-to-device copies run asynchronously."""
     return DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory,
-                      persistent_workers=False, prefetch_factor=4 if num_workers else None)
+                      persistent_workers=False, prefetch_factor=4 if num_workers else None,
+                      worker_init_fn=one_thread_per_worker if num_workers else None)
+
+
+def one_thread_per_worker(_: int) -> None:
+    """A loader worker decodes with one thread (torch already gives each worker one): N workers
+    then use N cores, not N times Blosc's thread pool (as many threads as the node has cores)."""
+    from numcodecs import blosc
+
+    blosc.set_nthreads(1)
 
 
 MAX_AUTO_WORKERS = 8

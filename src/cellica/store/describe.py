@@ -81,7 +81,8 @@ def verify(store: TileStore) -> dict[str, Any]:
     damaged."""
     n_shards = -(-store.n_tiles // store.shard_tiles)
     for shard in progress(range(n_shards), desc=f"verify {store.path.name}", unit="shard"):
-        store.read_range(shard * store.shard_tiles, min((shard + 1) * store.shard_tiles, store.n_tiles))
+        store.read_range(shard * store.shard_tiles, min((shard + 1) * store.shard_tiles, store.n_tiles),
+                         check_chunks=True)
     for name in (store.attrs.get(MANIFEST_KEY, {}).get("files") or {}):
         store.read_table(name, "table")
     recorded = store.attrs.get("content_sha256")

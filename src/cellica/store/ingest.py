@@ -341,7 +341,8 @@ def ingest(
         **({"plates": fields.plates} if p.format == "ome_zarr" else {}),
     }
     n_partial = 0
-    writer = TileStore.create(out, names, (p.tile_size, p.tile_size), p.dtype, provenance, p.shard_tiles, overwrite)
+    writer = TileStore.create(out, names, (p.tile_size, p.tile_size), p.dtype, provenance, p.shard_tiles, overwrite,
+                               compression=p.compression)
     with writer:
         for key, first, files in progress(fields.groups, desc="ingest", unit="field"):
             tiles, meta, partial = _field_tiles(fields, key, first, files, norms, extra_cols, str(manifest), stride)

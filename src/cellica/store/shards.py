@@ -6,8 +6,12 @@ verified shard bytes from memory, so the bytes checked are the bytes decoded.
 from __future__ import annotations
 
 import json
+import struct
+import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from cellica.core.remote import as_path
 from cellica.store.metadata import GROUND_TRUTH_DIR, METADATA_FILE
@@ -22,7 +26,17 @@ def replaced_message(label: str, opened: str | None, now: str | None) -> str:
 
 class ShardDecoder:
     """Decodes verified shard bytes with the store's own array metadata, from memory: the
-    bytes checked are the bytes decoded, and each shard file is read in one request."""
+    bytes checked are the bytes decoded, and each shard file is read in one request.
+
+    Stores in the layout cellica writes (one tile per chunk, little-endian pixels, one Blosc
+    compressor, crc32c per chunk or none, the shard index at the end with its crc32c) are
+    decoded directly: the index parsed, each chunk's crc32c checked (unless the whole shard's
+    was, against the manifest: the same bytes) and Blosc's decompressor writing straight into
+    the output slab. That is the same codec on the same bytes, so the
+    same pixels (tests/test_store.py compares it with zarr tile for tile), without zarr's
+    per-chunk asynchronous pipeline, which cost more than the decompression itself
+    (docs/benchmarks.md, "Where embedding time goes"). Any other layout is decoded by zarr.
+    """
 
     def __init__(self, array_meta: bytes):
         import zarr
@@ -32,8 +46,10 @@ class ShardDecoder:
         self._buffer = cpu.Buffer.from_bytes
         self._chunks: dict = {"zarr.json": self._buffer(array_meta)}
         self._array = zarr.open_array(MemoryStore(self._chunks), mode="r", zarr_format=3)
+        self.direct = direct_layout(json.loads(array_meta))
 
     def read(self, blobs: dict[int, bytes], read):
+        """``read(array)`` on a zarr array holding only the shards in ``blobs``."""
         keys = [f"c/{shard}/0/0/0" for shard in blobs]
         try:
             for key, data in zip(keys, blobs.values(), strict=True):
@@ -42,6 +58,90 @@ class ShardDecoder:
         finally:  # a shard not handed in must never be read (it would be zarr's fill value)
             for key in keys:
                 self._chunks.pop(key, None)
+
+    def slab(self, blobs: dict[int, bytes], start: int, stop: int, verified: bool = False) -> np.ndarray:
+        """Tiles ``start:stop`` of the array, all of them in the shards of ``blobs``; ``verified``:
+        each blob's crc32c was checked whole, so its chunks' need not be."""
+        if self.direct is None:
+            return self.read(blobs, lambda a: np.asarray(a[start:stop]))
+        layout = self.direct
+        out = np.empty((stop - start, *layout.tile_shape), dtype=layout.dtype)
+        n = layout.shard_tiles
+        for shard, blob in blobs.items():
+            lo, hi = max(start, shard * n), min(stop, (shard + 1) * n)
+            if lo < hi:
+                layout.decode(blob, range(lo - shard * n, hi - shard * n), out[lo - start : hi - start], verified)
+        return out
+
+
+class DirectLayout:
+    """A shard layout :class:`ShardDecoder` decodes itself (see :func:`direct_layout`)."""
+
+    EMPTY = 2**64 - 1  # an index entry of a chunk never written: the array's fill value
+
+    def __init__(self, dtype: str, tile_shape: tuple[int, ...], shard_tiles: int, chunk_crc: bool, fill_value):
+        self.dtype = np.dtype(dtype).newbyteorder("<")
+        self.tile_shape = tile_shape
+        self.shard_tiles = shard_tiles
+        self.chunk_crc = chunk_crc
+        self.fill_value = fill_value
+        self.tile_bytes = int(np.prod(tile_shape)) * self.dtype.itemsize
+
+    def decode(self, blob: bytes, tiles: range, out: np.ndarray, verified: bool = False) -> None:
+        """Decode chunks ``tiles`` of one shard's bytes into ``out`` (one row per tile);
+        ``verified``: the blob's crc32c was checked whole, the chunks' are not checked again."""
+        import google_crc32c
+        from numcodecs import blosc
+
+        tail = index_size(self.shard_tiles)
+        if len(blob) < tail:
+            raise ValueError(f"{len(blob)} bytes, shorter than the shard index ({tail} bytes)")
+        index = blob[-tail:]
+        if google_crc32c.value(index[:-4]) != int.from_bytes(index[-4:], "little"):
+            raise ValueError("the shard index's crc32c does not match")
+        entries = np.frombuffer(index[:-4], dtype="<u8").reshape(self.shard_tiles, 2)
+        view, end = memoryview(blob), len(blob) - tail
+        for row, tile in enumerate(tiles):
+            offset, nbytes = (int(v) for v in entries[tile])
+            if offset == self.EMPTY and nbytes == self.EMPTY:
+                out[row] = self.fill_value
+                continue
+            if offset + nbytes > end or nbytes < 16 + 4 * self.chunk_crc:
+                raise ValueError(f"chunk {tile}'s index entry ({offset}, {nbytes}) lies outside the shard's data")
+            body = view[offset : offset + nbytes - 4 * self.chunk_crc]
+            if self.chunk_crc and not verified and google_crc32c.value(bytes(body)) != int.from_bytes(
+                    view[offset + nbytes - 4 : offset + nbytes], "little"):
+                raise ValueError(f"chunk {tile}'s crc32c does not match")
+            # Blosc's header: uncompressed and compressed sizes (bytes 4-8 and 12-16).
+            decoded, compressed = struct.unpack_from("<I", body, 4)[0], struct.unpack_from("<I", body, 12)[0]
+            if decoded != self.tile_bytes or compressed != len(body):
+                raise ValueError(f"chunk {tile} holds {decoded} bytes in {compressed}, not a tile's "
+                                 f"{self.tile_bytes} in {len(body)}")
+            blosc.decompress(body, out[row])
+
+
+def direct_layout(meta: dict) -> DirectLayout | None:
+    """The :class:`DirectLayout` of a tile array's metadata (``tiles/zarr.json``) when it is the
+    one cellica writes, else ``None`` (zarr decodes it)."""
+    try:
+        (sharding,) = meta["codecs"]
+        conf = sharding["configuration"]
+        shape, shard_shape, chunk = meta["shape"], meta["chunk_grid"]["configuration"]["chunk_shape"], conf["chunk_shape"]
+        inner = [c["name"] for c in conf["codecs"]]
+        endian = (conf["codecs"][0].get("configuration") or {}).get("endian", "little")
+        index = [(c["name"], (c.get("configuration") or {}).get("endian")) for c in conf["index_codecs"]]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if (sharding["name"] != "sharding_indexed" or conf.get("index_location", "end") != "end"
+            or index != [("bytes", "little"), ("crc32c", None)] or inner[:2] != ["bytes", "blosc"]
+            or inner[2:] not in ([], ["crc32c"]) or endian != "little" or sys.byteorder != "little"
+            or meta.get("data_type") not in ("uint8", "uint16") or len(shape) != 4 or chunk[0] != 1
+            or list(chunk[1:]) != list(shape[1:]) or list(shard_shape[1:]) != list(shape[1:])
+            or meta.get("chunk_key_encoding", {}).get("configuration", {}).get("separator", "/") != "/"
+            or not isinstance(meta.get("fill_value"), int)):
+        return None
+    return DirectLayout(meta["data_type"], tuple(shape[1:]), int(shard_shape[0]), inner[2:] == ["crc32c"],
+                        meta["fill_value"])
 
 
 def shard_problem(data: bytes | None, shard: int, manifest: dict) -> str | None:

@@ -245,7 +245,8 @@ def simulate_screen(
     channels = list(CHANNELS[: p.n_channels])
     provenance = {"source": "simulate", "params": p.to_dict()}
     writer = TileStore.create(
-        path, channels, (p.tile_size, p.tile_size), "uint16", provenance, p.shard_tiles, overwrite
+        path, channels, (p.tile_size, p.tile_size), "uint16", provenance, p.shard_tiles, overwrite,
+        compression=p.compression,
     )
     latents_rows: list[list] = []
     with writer:

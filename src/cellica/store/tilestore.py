@@ -7,7 +7,7 @@ Layout of ``STORE.zarr/`` (the contract every later stage reads)::
                          the manifest: a generation id, the byte count and crc32c of
                          every shard file, the sha256 of every table
 
-    tiles/               array (N, C, H, W), uint8 or uint16, Blosc-zstd compressed,
+    tiles/               array (N, C, H, W), uint8 or uint16, Blosc-zstd (or -lz4) compressed,
                          one chunk per tile, sharded ``shard_tiles`` tiles per file
     metadata.parquet     one row per tile, in tile order: tile_id, plate, well, site,
                          batch, perturbation, is_control (+ any optional columns)
@@ -130,6 +130,7 @@ class TileStore(VerifiedReads):
         shard_tiles: int = 256,
         overwrite: bool = False,
         checksums: bool = True,
+        compression: str = "zstd",
     ) -> TileStoreWriter:
         """Start writing a new store; returns a :class:`TileStoreWriter`.
 
@@ -152,12 +153,14 @@ class TileStore(VerifiedReads):
         checksums
             A crc32c checksum per chunk, verified on every read (default). ``False`` only
             for measuring what the checksums cost (``benchmarks/tile_store.py``).
+        compression
+            The chunks' Blosc compressor, a key of :data:`cellica.store.params.COMPRESSIONS`.
         """
         from cellica.store.writer import TileStoreWriter
 
         return TileStoreWriter(
             Path(path), list(channel_names), tuple(tile_size), dtype, dict(provenance or {}),
-            shard_tiles, overwrite, checksums,
+            shard_tiles, overwrite, checksums, compression,
         )
 
     @property

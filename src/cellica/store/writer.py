@@ -34,6 +34,7 @@ from cellica.store.metadata import (
     duplicated_ids,
     normalise_metadata,
 )
+from cellica.store.params import COMPRESSIONS
 from cellica.store.shards import MANIFEST_KEY, content_digest, store_manifest
 from cellica.store.tilestore import TileStore
 
@@ -85,6 +86,7 @@ class TileStoreWriter:
         shard_tiles: int,
         overwrite: bool,
         checksums: bool = True,
+        compression: str = "zstd",
     ):
         import zarr
         from zarr.codecs import BloscCodec, BloscShuffle, Crc32cCodec
@@ -93,6 +95,8 @@ class TileStoreWriter:
             raise CellicaError(f"tile dtype must be one of {ALLOWED_DTYPES}, got {dtype!r}")
         if len(channel_names) == 0 or len(set(channel_names)) != len(channel_names):
             raise CellicaError(f"channel names must be unique and non-empty: {channel_names}")
+        if compression not in COMPRESSIONS:
+            raise CellicaError(f"compression must be one of {tuple(COMPRESSIONS)}, got {compression!r}")
         if shard_tiles < 1:
             raise CellicaError(f"shard_tiles must be >= 1, got {shard_tiles}")
         check_can_write(path, overwrite, kind="store")  # before the lock file is made beside it
@@ -119,6 +123,7 @@ class TileStoreWriter:
         self._closed = False
         self.group = zarr.open_group(str(self.tmp), mode="w", zarr_format=3)
         # Bit-shuffle suits 16-bit images; byte shuffle is equivalent for 8-bit.
+        cname, clevel = COMPRESSIONS[compression]
         shuffle = BloscShuffle.bitshuffle if self.dtype.itemsize > 1 else BloscShuffle.shuffle
         self.array = self.group.create_array(
             "tiles",
@@ -127,7 +132,7 @@ class TileStoreWriter:
             shards=(self.shard_tiles, *self.tile_shape),
             dtype=self.dtype,
             # Every chunk carries a crc32c checksum (the shard index has its own): reads verify it.
-            compressors=(BloscCodec(cname="zstd", clevel=5, shuffle=shuffle), *([Crc32cCodec()] if checksums else [])),
+            compressors=(BloscCodec(cname=cname, clevel=clevel, shuffle=shuffle), *([Crc32cCodec()] if checksums else [])),
             dimension_names=("tile", "channel", "y", "x"),
             fill_value=0,
         )
@@ -137,6 +142,7 @@ class TileStoreWriter:
             "dtype": str(self.dtype),
             "shard_tiles": self.shard_tiles,
             "checksums": "crc32c" if checksums else "none",
+            "compression": compression,
             "cellica_version": __version__,
             "provenance": provenance,
         }
