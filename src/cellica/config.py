@@ -324,12 +324,14 @@ def _cli_value(value: Any) -> str:
 
 def command_args(config: dict[str, Any], section: str, cls: type[Params], only=None) -> str:
     """``config[section]`` as the ``--key value`` options of ``cls``'s command (shell-quoted):
-    the keys that are options of ``cls`` (and in ``only``, when given)."""
+    the keys that are options of ``cls`` (and in ``only``, when given), less the ``same_outputs``
+    settings left at their defaults (:func:`cellica.core.params.param`)."""
     import shlex
 
     values = config.get(section, {})
     names = [f.name for f in dataclasses.fields(cls) if f.metadata.get("cli", True) and f.name in values
-             and (only is None or f.name in only)]
+             and (only is None or f.name in only)
+             and not (f.metadata.get("same_outputs") and values[f.name] == f.default)]
     return " ".join(f"--{n.replace('_', '-')} {shlex.quote(_cli_value(values[n]))}" for n in names)
 
 

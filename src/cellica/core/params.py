@@ -34,7 +34,7 @@ _BOUNDS = {"ge": ("minimum", ">="), "le": ("maximum", "<="), "gt": ("exclusiveMi
 
 def param(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, item_choices=None,
           ge=None, le=None, gt=None, lt=None, length: int | None = None, min_items: int | None = None,
-          unique: bool = False, cli: bool = True, config: bool = True) -> Any:
+          unique: bool = False, cli: bool = True, config: bool = True, same_outputs: bool = False) -> Any:
     """A dataclass field with its schema.
 
     Parameters
@@ -54,11 +54,17 @@ def param(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, i
     config
         False for an option the workflow sets itself (``threads`` from the rule's threads,
         ``rotation_seed`` from the seed wildcard): a CLI option, not a config key.
+    same_outputs
+        True for a setting under which every output is the same, bit for bit, whatever its
+        value (loader workers; the store's compressor: the same pixels). The workflow passes it
+        to the command only when it is set to another value than the default, so a key added
+        with such a default leaves finished results up to date (Snakemake re-runs a job whose
+        command's options changed).
     """
     meta = {"help": help, "choices": tuple(choices) if choices is not None else None,
             "item_choices": tuple(item_choices) if item_choices is not None else None,
             "ge": ge, "le": le, "gt": gt, "lt": lt, "length": length, "min_items": min_items,
-            "unique": unique, "cli": cli, "config": config}
+            "unique": unique, "cli": cli, "config": config, "same_outputs": same_outputs}
     if isinstance(default, list | dict):
         return dataclasses.field(default_factory=functools.partial(copy.deepcopy, default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -89,7 +89,7 @@ class EmbedParams(Params):
     num_workers: int | None = param(None, "DataLoader worker processes reading and normalising the store's "
                                     "tiles. null: on a GPU every CPU of the job but one (SLURM_CPUS_PER_TASK, else "
                                     "the CPUs this process may use; at most 8), on CPU none (the model needs the "
-                                    "cores). The embeddings do not depend on it.", ge=0)
+                                    "cores). The embeddings do not depend on it.", ge=0, same_outputs=True)
     precision: str = param("bf16", "Arithmetic of the forward pass on CUDA: `bf16` (autocast, the fast path) or "
                            "`fp32` (full float32: slower, for checking bf16's effect). On CPU always float32.",
                            choices=("bf16", "fp32"))

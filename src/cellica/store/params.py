@@ -6,16 +6,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cellica.core.errors import CellicaError
-from cellica.core.params import Params, param
+from cellica.core.params import Params, like, param
 
 CHANNELS = ("DNA", "ER", "AGP", "Mito", "RNA", "WGA")
 N_FACTORS = 9  # the simulated latent factors (cellica.store.simulate.FACTORS)
 # The Blosc compressors a tile store can be written with: name -> (Blosc cname, clevel). Every
 # reader decodes either; they differ in size and speed (docs/benchmarks.md, "Tile store").
 COMPRESSIONS = {"zstd": ("zstd", 5), "lz4": ("lz4", 9)}
-COMPRESSION_HELP = ("Blosc compressor of the tile store's chunks: `zstd` (smallest files) or `lz4` (7-8% larger on "
-                    "Cell Painting tiles, read 1.4-1.7x and written 2.7x as fast: for stores a GPU embeds; "
-                    "docs/benchmarks.md). The same pixels either way.")
 
 
 @dataclass
@@ -58,7 +55,10 @@ class SimulationParams(Params):
                                   "0 removes batch effects.", ge=0)
     intensity_scale: float = param(12000.0, "Rendered intensity 1.0 in uint16 counts.", gt=0)
     shard_tiles: int = param(256, "Tiles per zarr shard file.", ge=1)
-    compression: str = param("zstd", COMPRESSION_HELP, choices=tuple(COMPRESSIONS))
+    compression: str = param("zstd", "Blosc compressor of the tile store's chunks: `zstd` (smallest files) or `lz4` "
+                             "(7-8% larger on Cell Painting tiles, read 1.4-1.7x and written 2.7x as fast: for stores "
+                             "a GPU embeds; docs/benchmarks.md). The same pixels either way.",
+                             choices=tuple(COMPRESSIONS), same_outputs=True)
     seed: int = param(0, "Random seed; same seed, same bytes.")
 
     def check(self) -> None:
@@ -116,7 +116,7 @@ class IngestParams(Params):
                                    "(counted, logged and listed in the store's provenance).",
                                    choices=("error", "skip"))
     shard_tiles: int = param(64, "Tiles per zarr shard file.", ge=1)
-    compression: str = param("zstd", COMPRESSION_HELP, choices=tuple(COMPRESSIONS))
+    compression: str = like(SimulationParams, "compression")
     sample_pixels: int = param(20000, "Pixels sampled per field to estimate the normalisation percentiles.",
                                ge=100)
     seed: int = param(0, "Seed of the pixel sampling.")
