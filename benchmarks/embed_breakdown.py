@@ -15,7 +15,8 @@ and the loader alone (``TileBlocks`` through the DataLoader, ``--workers``), so 
 sum can be checked against the whole. A last table compares the loaders per core (the process
 pinned to one CPU, on ``--loader-tiles`` tiles): before #34 (zarr decoding, copies, normalising
 in the loader), the CPU path and the GPU path now, the GPU path from a store written with
-``compression: lz4``, and the GPU path with a worker process per CPU. ``--docs`` writes the
+``compression: lz4``, and, on all the job's CPUs, the GPU path with a read thread per CPU and
+with a worker process per CPU. ``--docs`` writes the
 tables into docs/benchmarks.md (``embed-breakdown``).
 """
 
@@ -137,8 +138,8 @@ def one_core():
 def loaders(store_path: Path, lz4_path: Path, n: int, norm: TileNormalizer, batch: int, rounds: int) -> list[dict]:
     """Loader tiles/s per core (this one process pinned to one CPU, no workers): before #34, now
     on CPU (normalised in the loader), and now feeding a GPU (raw integer tiles), from the
-    default (zstd) store and from the same tiles stored with lz4; then the GPU path with one
-    worker process per CPU of the job, unpinned."""
+    default (zstd) store and from the same tiles stored with lz4; then, unpinned, the GPU path
+    with one read thread per CPU of the job (each store), and with one worker process per CPU."""
     def run(blocks, workers: int = 0) -> int:
         return sum(len(i) for i, _ in make_loader(blocks, workers))
 
@@ -153,8 +154,11 @@ def loaders(store_path: Path, lz4_path: Path, n: int, norm: TileNormalizer, batc
     with one_core():
         times = {f"{way}; one core": best(fn, rounds) for way, fn in ways.items()}
     cpus = job_cpus()
-    if cpus > 1:  # the same, read by one worker process per CPU: does reading scale with cores?
-        times[f"now, GPU default, {cpus} worker processes on {cpus} cores"] = best(lambda: run(
+    if cpus > 1:  # does reading scale with cores? One read thread, or one worker process, per CPU
+        for name, path in (("zstd", store_path), ("lz4", lz4_path)):
+            times[f"now, GPU default, {name} store, {cpus} read threads on {cpus} cores"] = best(lambda p=path: run(
+                TileBlocks(p, np.arange(n), norm, batch, raw=True, read_threads=cpus)), rounds)
+        times[f"now, GPU default, zstd store, {cpus} worker processes on {cpus} cores"] = best(lambda: run(
             TileBlocks(store_path, np.arange(n), norm, batch, raw=True), cpus), rounds)
     base = times[next(iter(times))]
     return [{"loader": way, "tiles/s": n / t, "speed-up vs before": base / t} for way, t in times.items()]

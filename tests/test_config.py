@@ -51,7 +51,8 @@ def test_unknown_keys_and_wrong_types_fail(cfg, match):
 
 def test_a_same_outputs_setting_reaches_the_command_only_when_changed():
     """Settings that leave every output the same (their tests: the direct decoder against zarr
-    for both compressors in test_tilestore.py, workers against one process in test_embed.py)
+    for both compressors in test_tilestore.py, workers and read threads against one process in
+    test_embed.py)
     are passed only when set, so adding such a key re-runs no finished job."""
     import dataclasses
 
@@ -60,7 +61,8 @@ def test_a_same_outputs_setting_reaches_the_command_only_when_changed():
 
     marked = {(name, f.name) for name, classes in SECTIONS.items() for cls in classes
               for f in dataclasses.fields(cls) if f.metadata.get("same_outputs")}
-    assert marked == {("simulate", "compression"), ("ingest", "compression"), ("embed", "num_workers")}
+    assert marked == {("simulate", "compression"), ("ingest", "compression"), ("embed", "num_workers"),
+                      ("embed", "read_threads")}
     config = {"simulate": {"shard_tiles": 16, "compression": "zstd"}, "ingest": {"compression": "lz4"}}
     assert command_args(config, "simulate", SimulationParams) == "--shard-tiles 16"
     config["simulate"]["compression"] = "lz4"

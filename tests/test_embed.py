@@ -44,6 +44,50 @@ def test_loader_workers_give_the_same_embeddings_in_tile_order(tiny_store, tiny_
     three = embed_store(tiny_store.path, tiny_model, params=EmbedParams(batch_size=5, num_workers=3))
     assert three.obs_names.tolist() == one.obs_names.tolist() == tiny_store.metadata["tile_id"].tolist()
     np.testing.assert_array_equal(three.X, one.X)
+    for params in (EmbedParams(batch_size=5, read_threads=3), EmbedParams(batch_size=5, num_workers=2, read_threads=2)):
+        threaded = embed_store(tiny_store.path, tiny_model, params=params)
+        assert threaded.obs_names.tolist() == one.obs_names.tolist()
+        np.testing.assert_array_equal(threaded.X, one.X)
+
+
+@pytest.mark.parametrize("raw", [False, True])
+@pytest.mark.parametrize("seed", [None, 7])
+def test_read_threads_give_the_same_batches_in_the_same_order(tiny_store, raw, seed):
+    """Extraction (store order) and training (shuffled, seeded) alike: the batches with read
+    threads are those of one thread, index for index and pixel for pixel."""
+    from cellica.embed.loader import TileBlocks, make_loader
+    from cellica.embed.mae import TileNormalizer
+
+    def batches(threads):
+        data = TileBlocks(tiny_store.path, np.arange(3, 70), TileNormalizer("tile"), 6, shuffle_seed=seed,
+                          buffer_blocks=2, raw=raw, read_threads=threads)
+        return list(make_loader(data))
+
+    one, three = batches(0), batches(3)
+    assert len(one) == len(three) > 10
+    for (i1, x1), (i3, x3) in zip(one, three, strict=True):
+        np.testing.assert_array_equal(i1.numpy(), i3.numpy())
+        np.testing.assert_array_equal(x1.numpy(), x3.numpy())
+    assert sorted(np.concatenate([i.numpy() for i, _ in one]).tolist()) == list(range(3, 70))
+
+
+def test_reading_ahead_is_bounded_and_in_order():
+    import threading
+
+    from cellica.embed.loader import read_ahead
+
+    started, lock = [], threading.Lock()
+
+    def work(i):
+        with lock:
+            started.append(i)
+        return i * i
+
+    out = read_ahead(work, list(range(50)), threads=2)
+    assert next(out) == 0
+    assert len(started) <= 2 * 2 + 1  # never more than twice the threads ahead of the consumer
+    assert list(out) == [i * i for i in range(1, 50)]
+    assert list(read_ahead(work, [], threads=2)) == [] and list(read_ahead(work, [3], threads=0)) == [9]
 
 
 @pytest.mark.parametrize("mode", ["store", "tile", "instance"])
@@ -78,16 +122,16 @@ def test_embeddings_normalised_on_the_device_equal_the_loader_s(tiny_store, tiny
                                   loader.X)
 
 
-def test_loader_workers_by_default_follow_the_job_s_cpus(monkeypatch):
-    from cellica.embed.loader import MAX_AUTO_WORKERS, auto_workers, job_cpus
+def test_read_threads_by_default_follow_the_job_s_cpus(monkeypatch):
+    from cellica.embed.loader import MAX_AUTO_WORKERS, auto_read_threads, job_cpus
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
-    assert job_cpus() == 6 and auto_workers(cuda) == 5 and auto_workers(cpu) == 0  # the model needs CPU cores
+    assert job_cpus() == 6 and auto_read_threads(cuda) == 5 and auto_read_threads(cpu) == 0  # the model needs CPU cores
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "64")
-    assert auto_workers(cuda) == MAX_AUTO_WORKERS
+    assert auto_read_threads(cuda) == MAX_AUTO_WORKERS
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
-    assert auto_workers(cuda) == 0
+    assert auto_read_threads(cuda) == 0
     monkeypatch.delenv("SLURM_CPUS_PER_TASK")
     import os
 

@@ -323,9 +323,8 @@ def _cli_value(value: Any) -> str:
 
 
 def command_args(config: dict[str, Any], section: str, cls: type[Params], only=None) -> str:
-    """``config[section]`` as the ``--key value`` options of ``cls``'s command (shell-quoted):
-    the keys that are options of ``cls`` (and in ``only``, when given), less the ``same_outputs``
-    settings left at their defaults (:func:`cellica.core.params.param`)."""
+    """``config[section]`` as the ``--key value`` options of ``cls``'s command (shell-quoted): the
+    keys that are its options (and in ``only``), less ``same_outputs`` ones at their defaults."""
     import shlex
 
     values = config.get(section, {})

@@ -30,7 +30,7 @@ from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.remote import is_url, redact
 from cellica.embed.checkpoints import load_encoder
-from cellica.embed.loader import TileBlocks, auto_workers, make_loader, pixels_to_float
+from cellica.embed.loader import TileBlocks, auto_read_threads, make_loader, pixels_to_float
 from cellica.embed.params import EmbedParams
 from cellica.embed.train import resolve_device
 from cellica.store.tilestore import TileStore
@@ -63,11 +63,10 @@ def _encode_all(model, data: TileBlocks, p: EmbedParams, device, shard: tuple[in
     cuda = device.type == "cuda"
     bf16 = cuda and p.precision == "bf16"
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-    workers = p.num_workers if p.num_workers is not None else auto_workers(device)
     chunks, seen = [], []
     bar = progress(total=stop - start, desc=f"embed {i}/{n}", unit="tile")
     with torch.inference_mode():
-        for idx, x in make_loader(data, workers, pin_memory=cuda):
+        for idx, x in make_loader(data, p.num_workers, pin_memory=cuda):
             x = x.to(device, non_blocking=True)
             if data.raw:
                 x = data.normalizer.torch(pixels_to_float(x, stored))
@@ -121,8 +120,9 @@ def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, ou
     model = model.to(device).eval()
     block = model.block_index(p.block)  # before any tile is read: an index out of range stops here
     on_device = p.normalize_on == "device" or (p.normalize_on == "auto" and device.type == "cuda")
+    threads = p.read_threads if p.read_threads is not None else auto_read_threads(device)
     data = TileBlocks(store.path, np.arange(start, stop), normalizer, p.batch_size, generation=store.generation,
-                      raw=on_device)
+                      raw=on_device, read_threads=threads)
     t0 = time.perf_counter()
     x = _encode_all(model, data, p, device, (i, n, start, stop), store.dtype)
     seconds = time.perf_counter() - t0

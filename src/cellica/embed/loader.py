@@ -43,11 +43,16 @@ class TileBlocks(IterableDataset):
     raw
         Yield the pixels in their stored integer type, not normalised (:func:`raw_tensor`): the
         caller normalises them on its device (:func:`pixels_to_float`, ``TileNormalizer.torch``).
+    read_threads
+        Threads reading (and, in store order, batching and normalising) blocks ahead of the
+        consumer, in this process: Blosc, crc32c and numpy release the GIL, so reading scales
+        with cores without the copy of every batch that worker processes pay. The batches and
+        their order are the same whatever the number.
     """
 
     def __init__(self, store_path: str | os.PathLike, indices: np.ndarray, normalizer: TileNormalizer,
                  batch_size: int, shuffle_seed: int | None = None, buffer_blocks: int = 4,
-                 generation: str | None = None, raw: bool = False):
+                 generation: str | None = None, raw: bool = False, read_threads: int = 0):
         super().__init__()
         self.store_path = str(store_path)
         self.indices = np.asarray(indices, dtype=np.int64)
@@ -57,6 +62,7 @@ class TileBlocks(IterableDataset):
         self.buffer_blocks = buffer_blocks
         self.generation = generation
         self.raw = raw
+        self.read_threads = int(read_threads)
         self._store: TileStore | None = None
 
     def _blocks(self, shard_tiles: int) -> list[np.ndarray]:
@@ -78,19 +84,52 @@ class TileBlocks(IterableDataset):
         groups = [blocks[i : i + step] for i in range(0, len(blocks), step)]
         if info is not None:
             groups = groups[info.id :: info.num_workers]
-        for group in groups:
-            idx = np.concatenate(group)
-            slabs = [store.read_range(int(g[0]), int(g[-1]) + 1) for g in group]
-            # A block of consecutive tiles is its slab as read; only gaps need picking (a copy).
-            slabs = [s if g.size == s.shape[0] else s[g - g[0]] for g, s in zip(group, slabs, strict=True)]
-            tiles = slabs[0] if len(slabs) == 1 else np.concatenate(slabs)
-            if rng is not None:
-                perm = rng.permutation(idx.size)
-                idx, tiles = idx[perm], tiles[perm]
-            for start in range(0, idx.size, self.batch_size):
-                sl = slice(start, start + self.batch_size)
-                x = raw_tensor(tiles[sl]) if self.raw else torch.from_numpy(self.normalizer(tiles[sl]))
-                yield torch.from_numpy(idx[sl]), x
+        if rng is None:  # store order: each group read, batched and normalised by a read thread
+            for batches in read_ahead(lambda g: list(self._batches(*self._tiles(store, g))), groups, self.read_threads):
+                yield from batches
+            return
+        for idx, tiles in read_ahead(lambda g: self._tiles(store, g), groups, self.read_threads):
+            perm = rng.permutation(idx.size)
+            yield from self._batches(idx[perm], tiles[perm])
+
+    @staticmethod
+    def _tiles(store: TileStore, group: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """A group's indices and tiles, read slab by slab."""
+        idx = np.concatenate(group)
+        slabs = [store.read_range(int(g[0]), int(g[-1]) + 1) for g in group]
+        # A block of consecutive tiles is its slab as read; only gaps need picking (a copy).
+        slabs = [s if g.size == s.shape[0] else s[g - g[0]] for g, s in zip(group, slabs, strict=True)]
+        return idx, slabs[0] if len(slabs) == 1 else np.concatenate(slabs)
+
+    def _batches(self, idx: np.ndarray, tiles: np.ndarray):
+        for start in range(0, idx.size, self.batch_size):
+            sl = slice(start, start + self.batch_size)
+            x = raw_tensor(tiles[sl]) if self.raw else torch.from_numpy(self.normalizer(tiles[sl]))
+            yield torch.from_numpy(idx[sl]), x
+
+
+def read_ahead(work, items: list, threads: int):
+    """``work(item)`` for each item, in order; with ``threads`` > 0 computed by that many threads,
+    at most ``2 * threads`` items ahead of the consumer (so memory stays bounded)."""
+    if threads <= 0:
+        yield from map(work, items)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    pending = iter(items)
+    with ThreadPoolExecutor(threads, thread_name_prefix="cellica-read") as pool:
+        ahead = deque(pool.submit(work, item) for _, item in zip(range(2 * threads), pending, strict=False))
+        try:
+            while ahead:
+                done = ahead.popleft().result()
+                for item in pending:
+                    ahead.append(pool.submit(work, item))
+                    break
+                yield done
+        finally:  # the consumer stopped early (an error): no read is left running
+            for future in ahead:
+                future.cancel()
 
 
 def raw_tensor(tiles: np.ndarray) -> torch.Tensor:
@@ -137,10 +176,10 @@ def job_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def auto_workers(device: torch.device) -> int:
-    """Loader workers when ``embed.num_workers`` is null: on a GPU, every CPU of the job but the
-    main process's (at most :data:`MAX_AUTO_WORKERS`), so reading and normalising keep the GPU
-    fed; on CPU none, as the model needs the cores itself."""
+def auto_read_threads(device: torch.device) -> int:
+    """Read threads when ``embed.read_threads`` is null: on a GPU every CPU of the job but one
+    (at most :data:`MAX_AUTO_WORKERS`), so reading keeps the GPU fed; on CPU none, as the model
+    needs the cores itself."""
     if device.type != "cuda":
         return 0
     return max(0, min(MAX_AUTO_WORKERS, job_cpus() - 1))

@@ -86,10 +86,14 @@ class EmbedParams(Params):
                        "biology better: docs/models.md).")
     device: str = like(TrainParams, "device", help="`auto` (CUDA with bf16 autocast if available, else CPU "
                        "float32), or a device name (as mae.device).")
-    num_workers: int | None = param(None, "DataLoader worker processes reading and normalising the store's "
-                                    "tiles. null: on a GPU every CPU of the job but one (SLURM_CPUS_PER_TASK, else "
-                                    "the CPUs this process may use; at most 8), on CPU none (the model needs the "
-                                    "cores). The embeddings do not depend on it.", ge=0, same_outputs=True)
+    read_threads: int | None = param(None, "Threads reading, decoding and normalising the store's tiles ahead of "
+                                     "the model, in the embedding process. null: on a GPU every CPU of the job but "
+                                     "one (SLURM_CPUS_PER_TASK, else the CPUs this process may use; at most 8), on "
+                                     "CPU none (the model needs the cores). The embeddings do not depend on it.",
+                                     ge=0, same_outputs=True)
+    num_workers: int = param(0, "DataLoader worker processes reading the store (each with its own read_threads). "
+                             "Threads read faster: a process copies every batch to the main one "
+                             "(docs/benchmarks.md). The embeddings do not depend on it.", ge=0, same_outputs=True)
     precision: str = param("bf16", "Arithmetic of the forward pass on CUDA: `bf16` (autocast, the fast path) or "
                            "`fp32` (full float32: slower, for checking bf16's effect). On CPU always float32.",
                            choices=("bf16", "fp32"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import struct
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +47,16 @@ class ShardDecoder:
         self._buffer = cpu.Buffer.from_bytes
         self._chunks: dict = {"zarr.json": self._buffer(array_meta)}
         self._array = zarr.open_array(MemoryStore(self._chunks), mode="r", zarr_format=3)
+        self._lock = threading.Lock()  # zarr's reads share one in-memory store: one at a time
         self.direct = direct_layout(json.loads(array_meta))
 
     def read(self, blobs: dict[int, bytes], read):
         """``read(array)`` on a zarr array holding only the shards in ``blobs``."""
         keys = [f"c/{shard}/0/0/0" for shard in blobs]
+        with self._lock:
+            return self._read(keys, blobs, read)
+
+    def _read(self, keys: list[str], blobs: dict[int, bytes], read):
         try:
             for key, data in zip(keys, blobs.values(), strict=True):
                 self._chunks[key] = self._buffer(data)
@@ -59,13 +65,19 @@ class ShardDecoder:
             for key in keys:
                 self._chunks.pop(key, None)
 
-    def slab(self, blobs: dict[int, bytes], start: int, stop: int, verified: bool = False) -> np.ndarray:
+    def slab(self, blobs: dict[int, bytes], start: int, stop: int, verified: bool = False,
+             out: np.ndarray | None = None) -> np.ndarray:
         """Tiles ``start:stop`` of the array, all of them in the shards of ``blobs``; ``verified``:
-        each blob's crc32c was checked whole, so its chunks' need not be."""
+        each blob's crc32c was checked whole, so its chunks' need not be. ``out``: the array to
+        decode into (a loader worker's shared memory), else a new one."""
         if self.direct is None:
-            return self.read(blobs, lambda a: np.asarray(a[start:stop]))
+            tiles = self.read(blobs, lambda a: np.asarray(a[start:stop]))
+            if out is None:
+                return tiles
+            out[...] = tiles
+            return out
         layout = self.direct
-        out = np.empty((stop - start, *layout.tile_shape), dtype=layout.dtype)
+        out = np.empty((stop - start, *layout.tile_shape), dtype=layout.dtype) if out is None else out
         n = layout.shard_tiles
         for shard, blob in blobs.items():
             lo, hi = max(start, shard * n), min(stop, (shard + 1) * n)
