@@ -85,7 +85,7 @@ def test_reading_ahead_is_bounded_and_in_order():
 
     out = read_ahead(work, list(range(50)), threads=2)
     assert next(out) == 0
-    assert len(started) <= 2 * 2 + 1  # never more than twice the threads ahead of the consumer
+    assert len(started) <= 2 + 1 + 1  # the one consumed, and never more than threads + 1 ahead of it
     assert list(out) == [i * i for i in range(1, 50)]
     assert list(read_ahead(work, [], threads=2)) == [] and list(read_ahead(work, [3], threads=0)) == [9]
 

@@ -84,6 +84,10 @@ class TileBlocks(IterableDataset):
         groups = [blocks[i : i + step] for i in range(0, len(blocks), step)]
         if info is not None:
             groups = groups[info.id :: info.num_workers]
+        if rng is None and self.read_threads <= 0:  # store order, one batch at a time
+            for group in groups:
+                yield from self._batches(*self._tiles(store, group))
+            return
         if rng is None:  # store order: each group read, batched and normalised by a read thread
             for batches in read_ahead(lambda g: list(self._batches(*self._tiles(store, g))), groups, self.read_threads):
                 yield from batches
@@ -110,7 +114,7 @@ class TileBlocks(IterableDataset):
 
 def read_ahead(work, items: list, threads: int):
     """``work(item)`` for each item, in order; with ``threads`` > 0 computed by that many threads,
-    at most ``2 * threads`` items ahead of the consumer (so memory stays bounded)."""
+    at most ``threads + 1`` items ahead of the consumer (every thread busy, memory bounded)."""
     if threads <= 0:
         yield from map(work, items)
         return
@@ -119,7 +123,7 @@ def read_ahead(work, items: list, threads: int):
 
     pending = iter(items)
     with ThreadPoolExecutor(threads, thread_name_prefix="cellica-read") as pool:
-        ahead = deque(pool.submit(work, item) for _, item in zip(range(2 * threads), pending, strict=False))
+        ahead = deque(pool.submit(work, item) for _, item in zip(range(threads + 1), pending, strict=False))
         try:
             while ahead:
                 done = ahead.popleft().result()

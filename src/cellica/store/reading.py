@@ -64,8 +64,7 @@ class VerifiedReads:
             raise self._damaged(shard, problem)
         return data
 
-    def _decoded(self, shards: range, start: int, stop: int, check_chunks: bool = False,
-                 out: np.ndarray | None = None) -> np.ndarray:
+    def _decoded(self, shards: range, start: int, stop: int, check_chunks: bool = False) -> np.ndarray:
         """Tiles ``start:stop``, decoded from the verified bytes of ``shards`` (those holding them).
         Each chunk's crc32c is checked too where the manifest has no crc32c of the whole shard,
         or with ``check_chunks``."""
@@ -74,7 +73,7 @@ class VerifiedReads:
         blobs = {s: self._shard_bytes(s) for s in shards}
         try:
             return self._decoder.slab(blobs, start, stop,
-                                      verified="shard_crc32c" in self._manifest and not check_chunks, out=out)
+                                      verified="shard_crc32c" in self._manifest and not check_chunks)
         except CellicaError:
             raise
         except Exception as exc:  # the codec's checks (per-chunk crc32c, Blosc) on verified bytes
@@ -104,19 +103,13 @@ class VerifiedReads:
         except Exception as exc:  # a chunk's crc32c or its decoding
             raise self._damaged(shard, f"is damaged: {type(exc).__name__}: {str(exc)[:160]}") from None
 
-    def read_range(self, start: int, stop: int, check_chunks: bool = False,
-                   out: np.ndarray | None = None) -> np.ndarray:
+    def read_range(self, start: int, stop: int, check_chunks: bool = False) -> np.ndarray:
         """Read tiles ``start:stop`` (a contiguous slab: the fast path), verified; ``check_chunks``:
-        each chunk's crc32c as well as the whole shard's (``cellica inspect --verify``); ``out``:
-        an array of the slab's shape and the store's dtype to decode into."""
-        shape = (max(0, stop - start), self.n_channels, *self.tile_shape)
-        if out is not None and (out.shape != shape or out.dtype != self.dtype or not out.flags.c_contiguous):
-            raise CellicaError(f"{self.label}: out must be a C-contiguous {self.dtype} array of shape {shape}, "
-                               f"got {out.dtype} {out.shape}")
+        each chunk's crc32c as well as the whole shard's (``cellica inspect --verify``)."""
         if stop <= start:
-            return np.empty(shape, dtype=self.dtype) if out is None else out
+            return np.empty((0, self.n_channels, *self.tile_shape), dtype=self.dtype)
         shards = range(start // self.shard_tiles, (stop - 1) // self.shard_tiles + 1)
-        return self._decoded(shards, start, stop, check_chunks, out)
+        return self._decoded(shards, start, stop, check_chunks)
 
     def current_generation(self) -> str | None:
         """The generation of the store now at :attr:`path` (``None`` when there is none)."""

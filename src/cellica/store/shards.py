@@ -65,19 +65,13 @@ class ShardDecoder:
             for key in keys:
                 self._chunks.pop(key, None)
 
-    def slab(self, blobs: dict[int, bytes], start: int, stop: int, verified: bool = False,
-             out: np.ndarray | None = None) -> np.ndarray:
+    def slab(self, blobs: dict[int, bytes], start: int, stop: int, verified: bool = False) -> np.ndarray:
         """Tiles ``start:stop`` of the array, all of them in the shards of ``blobs``; ``verified``:
-        each blob's crc32c was checked whole, so its chunks' need not be. ``out``: the array to
-        decode into (a loader worker's shared memory), else a new one."""
+        each blob's crc32c was checked whole, so its chunks' need not be."""
         if self.direct is None:
-            tiles = self.read(blobs, lambda a: np.asarray(a[start:stop]))
-            if out is None:
-                return tiles
-            out[...] = tiles
-            return out
+            return self.read(blobs, lambda a: np.asarray(a[start:stop]))
         layout = self.direct
-        out = np.empty((stop - start, *layout.tile_shape), dtype=layout.dtype) if out is None else out
+        out = np.empty((stop - start, *layout.tile_shape), dtype=layout.dtype)
         n = layout.shard_tiles
         for shard, blob in blobs.items():
             lo, hi = max(start, shard * n), min(stop, (shard + 1) * n)
