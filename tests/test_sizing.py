@@ -34,6 +34,9 @@ def test_an_uneven_split_adds_a_job_until_the_largest_fits():
 def test_bad_sizing_inputs_are_refused(args):
     with pytest.raises(CellicaError):
         size_embed(*args)
+
+
+def test_bad_job_hours_and_margins_are_refused():
     with pytest.raises(CellicaError, match="hours"):
         size_embed(10, 10, 1.0, job_hours=0)
     with pytest.raises(CellicaError, match="margin"):
