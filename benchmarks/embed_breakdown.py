@@ -16,8 +16,13 @@ sum can be checked against the whole. A last table compares the loaders per core
 pinned to one CPU, on ``--loader-tiles`` tiles): before #34 (zarr decoding, copies, normalising
 in the loader), the CPU path and the GPU path now, the GPU path from a store written with
 ``compression: lz4``, and, on all the job's CPUs, the GPU path with a read thread per CPU and
-with a worker process per CPU. ``--docs`` writes the
-tables into docs/benchmarks.md (``embed-breakdown``).
+with a worker process per CPU. A fourth table stands in for a GPU on a machine without one:
+``embed_store`` as a GPU job runs it (raw tiles, the job's CPUs but one reading), with the
+model replaced by a device that takes a fixed time per tile and releases the host while it
+works (a sleep: a GPU computes while the host thread waits), at several device rates: the
+end-to-end rate against the device's own shows whether reading overlaps the device's work
+and what the path around the model costs. ``--docs`` writes the tables into
+docs/benchmarks.md (``embed-breakdown``).
 """
 
 from __future__ import annotations
@@ -164,6 +169,43 @@ def loaders(store_path: Path, lz4_path: Path, n: int, norm: TileNormalizer, batc
     return [{"loader": way, "tiles/s": n / t, "speed-up vs before": base / t} for way, t in times.items()]
 
 
+@contextlib.contextmanager
+def simulated_device(tiles_per_second: float, width: int):
+    """The encoder replaced by a device working at ``tiles_per_second`` (sleeping: the host is
+    free meanwhile, as while a GPU computes), the pixels' conversion and normalisation left to it
+    (on a GPU they are kernels the host only launches; on this CPU they would be host work)."""
+    import cellica.embed.extract as extract
+
+    def encode(self, x, pooling="mean", block=-1):
+        time.sleep(len(x) / tiles_per_second)
+        return torch.zeros(len(x), width)
+
+    saved = MaskedAutoencoder.encode, TileNormalizer.torch, extract.pixels_to_float
+    MaskedAutoencoder.encode, TileNormalizer.torch = encode, lambda self, x: x
+    extract.pixels_to_float = lambda x, stored: x
+    try:
+        yield
+    finally:
+        MaskedAutoencoder.encode, TileNormalizer.torch, extract.pixels_to_float = saved
+
+
+def device_feed(store_path: Path, ckpt: Path, n: int, batch: int, rates: list[float], loader: float) -> list[dict]:
+    """``embed_store`` as a GPU job (raw tiles, read threads for the job's CPUs but one), its model
+    a simulated device at each rate: end to end against the device alone, and against what
+    reading then computing one after the other (no overlap) would give."""
+    threads = max(1, job_cpus() - 1)
+    params = EmbedParams(batch_size=batch, normalize_on="device", read_threads=threads)
+    rows = []
+    for rate in rates:
+        with simulated_device(rate, 192):  # the loop's own time (embed_store's log), not the model's loading
+            seconds = min(embed_store(store_path, ckpt, params=params).uns["provenance"]["seconds"] for _ in range(3))
+        rows.append({"device tiles/s": rate, "read threads": threads, "embed_store tiles/s": n / seconds,
+                     "share of the device's rate": n / seconds / rate,
+                     "share of min(device, loader)": n / seconds / min(rate, loader),
+                     "one after the other tiles/s": 1 / (1 / rate + 1 / loader)})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiles", type=int, default=512)
@@ -172,6 +214,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--loader-tiles", type=int, default=1024, help="tiles of the loaders' comparison")
     ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--device-rates", default="500,1000,1500,2000,4000", help="simulated device tiles/s")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--docs", action="store_true")
     args = ap.parse_args()
@@ -194,9 +237,11 @@ def main() -> None:
             total = sum(seconds.values())
             for part, s in seconds.items():
                 rows.append({"model": name, "part": part, "ms per tile": 1e3 * s / n, "share of the parts": s / total,
-                             "tiles/s": n / s if s else float("nan")})
+                             "tiles/s": f"{n / s:,.0f}" if s / n >= 1e-6 else "n/a (under 1 µs a tile)"})
+            forward = seconds["forward + pooling"]
             wholes.append({"model": name, "tiles": n, "sum of the parts s": total, "embed_store s": whole,
-                           "embed_store tiles/s": n / whole, "loader alone tiles/s": n / loader,
+                           "embed_store tiles/s": n / whole, "bare forward tiles/s": n / forward,
+                           "embed_store / bare forward": forward / whole, "loader alone tiles/s": n / loader,
                            "read + normalise tiles/s": n / (seconds["read + decode (verified shard slabs)"]
                                                             + seconds["normalise to float32"])})
         # The loaders on more tiles (their start-up, workers' above all, weighs less).
@@ -204,18 +249,26 @@ def main() -> None:
         m = TileStore.open(zstd).n_tiles
         np.testing.assert_array_equal(TileStore.open(lz4).read_range(0, m), TileStore.open(zstd).read_range(0, m))
         loads = pd.DataFrame(loaders(zstd, lz4, m, norm, args.batch, max(args.rounds, 3)))
+        # the loader a GPU job on these CPUs has: raw tiles, read threads for its CPUs but one
+        feed_loader = m / best(lambda: sum(len(i) for i, _ in make_loader(TileBlocks(
+            zstd, np.arange(m), norm, args.batch, raw=True, read_threads=max(1, job_cpus() - 1)))), 3)
+        feed = pd.DataFrame(device_feed(zstd, ckpt, m, args.batch, [float(r) for r in args.device_rates.split(",")],
+                                        feed_loader))
     table, whole = pd.DataFrame(rows), pd.DataFrame(wholes)
     print(loads.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     where = torch.cuda.get_device_name(0) if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     print(whole.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    print(feed.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     print(f"torch {torch.__version__}, {where}, {args.size} px, 6 channels, batch {args.batch}")
     if args.docs:
         head = (f"`python benchmarks/embed_breakdown.py --docs` ({where}, torch {torch.__version__}; {n} tiles of "
                 f"{args.size} px, 6 channels, uint16, shards of 64; batch {args.batch}; loader workers {args.workers}; the loaders' comparison on "
                 f"{m} tiles)")
         write_block(DOCS / "benchmarks.md", "embed-breakdown",
-                    f"{head}\n\n{markdown(table, ',.3f')}\n\n{markdown(whole, ',.2f')}\n\n{markdown(loads, ',.2f')}")
+                    f"{head}\n\n{markdown(table, ',.3f')}\n\n{markdown(whole, ',.2f')}\n\n{markdown(loads, ',.2f')}"
+                    f"\n\nA simulated device ({m} tiles, zstd store; its loader alone: {feed_loader:,.0f} tiles/s):\n\n"
+                    f"{markdown(feed, ',.2f')}")
 
 
 if __name__ == "__main__":

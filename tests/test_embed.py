@@ -123,13 +123,13 @@ def test_embeddings_normalised_on_the_device_equal_the_loader_s(tiny_store, tiny
 
 
 def test_read_threads_by_default_follow_the_job_s_cpus(monkeypatch):
-    from cellica.embed.loader import MAX_AUTO_WORKERS, auto_read_threads, job_cpus
+    from cellica.embed.loader import MAX_AUTO_READ_THREADS, auto_read_threads, job_cpus
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
     assert job_cpus() == 6 and auto_read_threads(cuda) == 5 and auto_read_threads(cpu) == 0  # the model needs CPU cores
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "64")
-    assert auto_read_threads(cuda) == MAX_AUTO_WORKERS
+    assert auto_read_threads(cuda) == MAX_AUTO_READ_THREADS
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
     assert auto_read_threads(cuda) == 0
     monkeypatch.delenv("SLURM_CPUS_PER_TASK")

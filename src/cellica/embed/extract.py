@@ -1,8 +1,9 @@
 """Extraction of embeddings from a tile store into AnnData (``cellica embed``).
 
-Tiles stream from the store in shard-aligned blocks (a DataLoader whose workers
-read and normalise, or only read when the device normalises), the encoder runs in
-inference mode (bf16 autocast on CUDA unless ``embed.precision: fp32``; float32 on CPU)
+Tiles stream from the store in shard-aligned blocks (read by threads, or worker
+processes, that also normalise, or only read when the device normalises), each batch is
+copied to the device while the previous one computes (:mod:`cellica.embed.feeding`), the
+encoder runs in inference mode (bf16 autocast on CUDA unless ``embed.precision: fp32``; float32 on CPU)
 up to the chosen block (``embed.block``: the last by default), tokens are pooled (mean of
 patch tokens, the class token, or both), and the result is an AnnData: ``.X`` float32
 tiles x dims, ``.obs`` the store's metadata indexed by ``tile_id``, ``.uns["provenance"]``
@@ -30,6 +31,7 @@ from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.remote import is_url, redact
 from cellica.embed.checkpoints import load_encoder
+from cellica.embed.feeding import HostOutputs, batches_on_device, device_batch_size
 from cellica.embed.loader import TileBlocks, auto_read_threads, make_loader, pixels_to_float
 from cellica.embed.params import EmbedParams
 from cellica.embed.train import resolve_device
@@ -55,24 +57,34 @@ def parse_shard(spec: str | None, n_tiles: int, shard_tiles: int) -> tuple[int, 
     return i, n, int(edges[i]), int(min(edges[i + 1], n_tiles))
 
 
+def _encoder(model, p: EmbedParams, device):
+    """``x -> embeddings`` as extraction runs it: inference mode, bf16 autocast on CUDA unless
+    ``embed.precision: fp32``."""
+    bf16 = device.type == "cuda" and p.precision == "bf16"
+
+    def encode(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            return model.encode(x, p.pooling, p.block)
+
+    return encode
+
+
 def _encode_all(model, data: TileBlocks, p: EmbedParams, device, shard: tuple[int, int, int, int],
                 stored: np.dtype) -> np.ndarray:
     """Embeddings of every tile of ``data``, in tile order (checked); ``data.raw`` tiles (of the
     store's integer type ``stored``) are normalised on ``device``."""
     i, n, start, stop = shard
-    cuda = device.type == "cuda"
-    bf16 = cuda and p.precision == "bf16"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-    chunks, seen = [], []
+    encode = _encoder(model, p, device)
+    outputs, seen = HostOutputs(), []
     bar = progress(total=stop - start, desc=f"embed {i}/{n}", unit="tile")
+    # In-process reads are pinned by the read threads (data.pin); worker processes' batches
+    # by the DataLoader, in this process.
+    batches = make_loader(data, p.num_workers, pin_memory=device.type == "cuda" and p.num_workers > 0)
     with torch.inference_mode():
-        for idx, x in make_loader(data, p.num_workers, pin_memory=cuda):
-            x = x.to(device, non_blocking=True)
+        for idx, x in batches_on_device(batches, device):
             if data.raw:
                 x = data.normalizer.torch(pixels_to_float(x, stored))
-            with autocast:
-                z = model.encode(x, p.pooling, p.block)
-            chunks.append(z.float().cpu().numpy())
+            outputs.add(encode(x))
             seen.append(idx.numpy())
             bar.update(len(idx))
     bar.close()
@@ -82,8 +94,7 @@ def _encode_all(model, data: TileBlocks, p: EmbedParams, device, shard: tuple[in
     place = np.argsort(order, kind="stable")
     if not np.array_equal(order[place], np.arange(start, stop)):
         raise CellicaError(f"internal error: the loader did not return every tile of shard {i}/{n} exactly once")
-    width = model.encoder.embed_dim * (2 if p.pooling == "both" else 1)
-    return np.concatenate(chunks)[place] if chunks else np.zeros((0, width), np.float32)
+    return outputs.result(model.encoder.embed_dim * (2 if p.pooling == "both" else 1))[place]
 
 
 def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, out: str | os.PathLike | None = None,
@@ -121,8 +132,10 @@ def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, ou
     block = model.block_index(p.block)  # before any tile is read: an index out of range stops here
     on_device = p.normalize_on == "device" or (p.normalize_on == "auto" and device.type == "cuda")
     threads = p.read_threads if p.read_threads is not None else auto_read_threads(device)
-    data = TileBlocks(store.path, np.arange(start, stop), normalizer, p.batch_size, generation=store.generation,
-                      raw=on_device, read_threads=threads)
+    batch = p.batch_size or device_batch_size(_encoder(model, p, device), (store.n_channels, *store.tile_shape),
+                                              device)
+    data = TileBlocks(store.path, np.arange(start, stop), normalizer, batch, generation=store.generation,
+                      raw=on_device, read_threads=threads, pin=device.type == "cuda" and p.num_workers == 0)
     t0 = time.perf_counter()
     x = _encode_all(model, data, p, device, (i, n, start, stop), store.dtype)
     seconds = time.perf_counter() - t0
@@ -139,15 +152,15 @@ def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, ou
         "store_generation": store.generation,
         "pooling": p.pooling, "block": block, "normalized_on": "device" if on_device else "loader",
         "arithmetic": "bf16 autocast" if device.type == "cuda" and p.precision == "bf16" else "float32",
-        "n_blocks": len(model.encoder.blocks), "device": str(device),
+        "n_blocks": len(model.encoder.blocks), "device": str(device), "batch_size": batch, "read_threads": threads,
         "cellica_version": __version__, "params": asdict(p), "n_tiles": int(stop - start),
         "shard": {"index": i, "count": n, "start": start, "stop": stop}, "seconds": round(seconds, 3),
     }
     adata = make_adata(x, obs, [f"mae_{k}" for k in range(x.shape[1])], {"provenance": provenance},
                        f"embeddings of {store.path}")
-    log.info("embedded %d tiles (shard %d/%d) into %d dims with %s on %s: %.1f s, %.0f tiles/s",
-             stop - start, i, n, x.shape[1], info["architecture"]["model_name"], device, seconds,
-             (stop - start) / max(seconds, 1e-9))
+    log.info("embedded %d tiles (shard %d/%d) into %d dims with %s on %s (batches of %d, %d read thread(s)): "
+             "%.1f s, %.0f tiles/s", stop - start, i, n, x.shape[1], info["architecture"]["model_name"], device,
+             batch, threads, seconds, (stop - start) / max(seconds, 1e-9))
     if out is not None:
         write_h5ad(adata, out)
     return adata

@@ -33,8 +33,9 @@ class TileBlocks(IterableDataset):
     batch_size
         Tiles per batch (the last batch may be smaller).
     shuffle_seed
-        ``None``: store order (extraction). Otherwise blocks and tiles are
-        shuffled with this seed (training; pass a new seed per epoch).
+        ``None``: store order (extraction), in batches of ``batch_size`` whatever the store's
+        shard size (a batch may span shards). Otherwise blocks and tiles are shuffled with this
+        seed (training; pass a new seed per epoch).
     buffer_blocks
         Blocks mixed together when shuffling.
     generation
@@ -48,11 +49,15 @@ class TileBlocks(IterableDataset):
         consumer, in this process: Blosc, crc32c and numpy release the GIL, so reading scales
         with cores without the copy of every batch that worker processes pay. The batches and
         their order are the same whatever the number.
+    pin
+        Put each batch in page-locked memory where it is made (in the read threads), so its
+        copy to a CUDA device runs asynchronously, without pinning in the consumer's thread.
+        In-process reading only (``num_workers`` 0): a worker process cannot pin.
     """
 
     def __init__(self, store_path: str | os.PathLike, indices: np.ndarray, normalizer: TileNormalizer,
                  batch_size: int, shuffle_seed: int | None = None, buffer_blocks: int = 4,
-                 generation: str | None = None, raw: bool = False, read_threads: int = 0):
+                 generation: str | None = None, raw: bool = False, read_threads: int = 0, pin: bool = False):
         super().__init__()
         self.store_path = str(store_path)
         self.indices = np.asarray(indices, dtype=np.int64)
@@ -63,6 +68,7 @@ class TileBlocks(IterableDataset):
         self.generation = generation
         self.raw = raw
         self.read_threads = int(read_threads)
+        self.pin = bool(pin)
         self._store: TileStore | None = None
 
     def _blocks(self, shard_tiles: int) -> list[np.ndarray]:
@@ -79,27 +85,33 @@ class TileBlocks(IterableDataset):
         if rng is not None:
             blocks = [blocks[i] for i in rng.permutation(len(blocks))]
         # Workers take interleaved groups of blocks; DataLoader returns their batches round-robin.
+        # In store order a group holds enough shards for a whole batch (a small shard size does
+        # not cap a GPU's batch); shuffled, ``buffer_blocks`` of them mixed.
         info = get_worker_info()
-        step = self.buffer_blocks if rng is not None else 1
+        step = self.buffer_blocks if rng is not None else max(1, -(-self.batch_size // store.shard_tiles))
         groups = [blocks[i : i + step] for i in range(0, len(blocks), step)]
         if info is not None:
             groups = groups[info.id :: info.num_workers]
-        if rng is None and self.read_threads <= 0:  # store order, one batch at a time
-            for group in groups:
-                yield from self._batches(*self._tiles(store, group))
-            return
-        if rng is None:  # store order: each group read, batched and normalised by a read thread
-            for batches in read_ahead(lambda g: list(self._batches(*self._tiles(store, g))), groups, self.read_threads):
-                yield from batches
+        if rng is None:  # store order: each group read and normalised (by a read thread), then batched
+            yield from rebatch(read_ahead(lambda g: self._group(store, g), groups, self.read_threads),
+                               self.batch_size, self.pin)
             return
         for idx, tiles in read_ahead(lambda g: self._tiles(store, g), groups, self.read_threads):
             perm = rng.permutation(idx.size)
             yield from self._batches(idx[perm], tiles[perm])
 
+    def _group(self, store: TileStore, group: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A group's indices and model input (raw or normalised; pinned if asked), as tensors."""
+        idx, tiles = self._tiles(store, group)
+        x = raw_tensor(tiles) if self.raw else torch.from_numpy(self.normalizer(tiles))
+        return torch.from_numpy(idx), x.pin_memory() if self.pin else x
+
     @staticmethod
     def _tiles(store: TileStore, group: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """A group's indices and tiles, read slab by slab."""
+        """A group's indices and tiles, read slab by slab (consecutive tiles as one slab)."""
         idx = np.concatenate(group)
+        if idx[-1] - idx[0] + 1 == idx.size:  # consecutive (sorted, unique): one read across shards, no copy
+            return idx, store.read_range(int(idx[0]), int(idx[-1]) + 1)
         slabs = [store.read_range(int(g[0]), int(g[-1]) + 1) for g in group]
         # A block of consecutive tiles is its slab as read; only gaps need picking (a copy).
         slabs = [s if g.size == s.shape[0] else s[g - g[0]] for g, s in zip(group, slabs, strict=True)]
@@ -109,7 +121,39 @@ class TileBlocks(IterableDataset):
         for start in range(0, idx.size, self.batch_size):
             sl = slice(start, start + self.batch_size)
             x = raw_tensor(tiles[sl]) if self.raw else torch.from_numpy(self.normalizer(tiles[sl]))
-            yield torch.from_numpy(idx[sl]), x
+            yield torch.from_numpy(idx[sl]), x.pin_memory() if self.pin else x
+
+
+def rebatch(parts, batch_size: int, pin: bool = False):
+    """Batches of ``batch_size`` rows (the last one smaller) from ``(indices, tensor)`` parts, in
+    order. A batch inside a part is a view of it (no copy; pinned if the part is); only a batch
+    spanning two parts is concatenated (and pinned again if ``pin``)."""
+    held: list[tuple[torch.Tensor, torch.Tensor]] = []
+    count = 0
+    for idx, x in parts:
+        start = 0
+        if held:  # complete the batch begun in the previous part
+            start = min(batch_size - count, len(idx))
+            held.append((idx[:start], x[:start]))
+            count += start
+            if count < batch_size:
+                continue
+            yield _joined(held, pin)
+            held, count = [], 0
+        while start + batch_size <= len(idx):
+            yield idx[start : start + batch_size], x[start : start + batch_size]
+            start += batch_size
+        if start < len(idx):
+            held, count = [(idx[start:], x[start:])], len(idx) - start
+    if held:
+        yield _joined(held, pin)
+
+
+def _joined(held: list[tuple[torch.Tensor, torch.Tensor]], pin: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    if len(held) == 1:
+        return held[0]
+    x = torch.cat([x for _, x in held])
+    return torch.cat([i for i, _ in held]), x.pin_memory() if pin else x
 
 
 def read_ahead(work, items: list, threads: int):
@@ -168,7 +212,10 @@ def one_thread_per_worker(_: int) -> None:
     blosc.set_nthreads(1)
 
 
-MAX_AUTO_WORKERS = 8
+# Read threads a GPU job starts by default, at most: one core reads and decodes 2,200-2,700
+# raw 6-channel 224 px tiles a second (docs/benchmarks.md), so 16 feed a GPU tens of
+# thousands; each thread holds one group of batches ahead in memory.
+MAX_AUTO_READ_THREADS = 16
 
 
 def job_cpus() -> int:
@@ -182,8 +229,8 @@ def job_cpus() -> int:
 
 def auto_read_threads(device: torch.device) -> int:
     """Read threads when ``embed.read_threads`` is null: on a GPU every CPU of the job but one
-    (at most :data:`MAX_AUTO_WORKERS`), so reading keeps the GPU fed; on CPU none, as the model
-    needs the cores itself."""
+    (at most :data:`MAX_AUTO_READ_THREADS`), so reading keeps the GPU fed; on CPU none, as the
+    model needs the cores itself."""
     if device.type != "cuda":
         return 0
-    return max(0, min(MAX_AUTO_WORKERS, job_cpus() - 1))
+    return max(0, min(MAX_AUTO_READ_THREADS, job_cpus() - 1))

@@ -78,7 +78,10 @@ class EmbedParams(Params):
 
     section = "embed"
 
-    batch_size: int = param(128, "Tiles per forward pass.", ge=1)
+    batch_size: int | None = param(None, "Tiles per forward pass. null: sized to the device: on a GPU the largest "
+                                   "power of two up to 512 whose forward pass fits in half its free memory "
+                                   "(measured by a probe), on CPU 128 (where the embeddings do not depend on it).",
+                                   ge=1)
     pooling: str = param("mean", "Token pooling: mean of the patch tokens, the class token, or both "
                          "concatenated (mean first; twice the dims).", choices=POOLINGS)
     block: int = param(-1, "Transformer block whose output is the embedding: -1 the last (then the final "
@@ -88,7 +91,7 @@ class EmbedParams(Params):
                        "float32), or a device name (as mae.device).")
     read_threads: int | None = param(None, "Threads reading, decoding and normalising the store's tiles ahead of "
                                      "the model, in the embedding process. null: on a GPU every CPU of the job but "
-                                     "one (SLURM_CPUS_PER_TASK, else the CPUs this process may use; at most 8), on "
+                                     "one (SLURM_CPUS_PER_TASK, else the CPUs this process may use; at most 16), on "
                                      "CPU none (the model needs the cores). The embeddings do not depend on it.",
                                      ge=0, same_outputs=True)
     num_workers: int = param(0, "DataLoader worker processes reading the store (each with its own read_threads). "
