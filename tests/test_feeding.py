@@ -116,3 +116,26 @@ def test_the_gpu_benchmark_runs_every_step_at_toy_sizes():
     done = subprocess.run([sys.executable, str(script), "--smoke"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "embed/bare" in done.stdout and "(sized)" in done.stdout and "train tiles/s" in done.stdout
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+@pytest.mark.parametrize("raw", [False, True])
+def test_every_batch_holds_the_store_s_tiles_at_its_indices(tiny_store, threads, raw):
+    """The loader's invariant, whatever the order: a batch's pixels are the store's pixels at
+    the indices it carries. Shuffled groups whose blocks happen to span a consecutive range
+    (first block lowest, last highest, the middle swapped) were once read as one sorted slab
+    and paired with the shuffled indices: this checks every seed of several epochs."""
+    from cellica.embed.loader import pixels_to_float
+
+    norm = TileNormalizer("tile")
+    everything = tiny_store.read_range(0, tiny_store.n_tiles)
+    for seed in [None, *range(12)]:
+        data = TileBlocks(tiny_store.path, np.arange(tiny_store.n_tiles), norm, 8, shuffle_seed=seed,
+                          buffer_blocks=3, raw=raw, read_threads=threads)
+        seen = []
+        for idx, x in make_loader(data):
+            want = everything[idx.numpy()]
+            got = pixels_to_float(x, want.dtype).numpy() if raw else x.numpy()
+            np.testing.assert_array_equal(got, want.astype(np.float32) if raw else norm(want), err_msg=f"seed {seed}")
+            seen.append(idx.numpy())
+        assert sorted(np.concatenate(seen).tolist()) == list(range(tiny_store.n_tiles))

@@ -110,7 +110,7 @@ class TileBlocks(IterableDataset):
     def _tiles(store: TileStore, group: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """A group's indices and tiles, read slab by slab (consecutive tiles as one slab)."""
         idx = np.concatenate(group)
-        if idx[-1] - idx[0] + 1 == idx.size:  # consecutive (sorted, unique): one read across shards, no copy
+        if idx.size > 1 and (np.diff(idx) == 1).all():  # consecutive tiles: one read across shards, no copy
             return idx, store.read_range(int(idx[0]), int(idx[-1]) + 1)
         slabs = [store.read_range(int(g[0]), int(g[-1]) + 1) for g in group]
         # A block of consecutive tiles is its slab as read; only gaps need picking (a copy).
