@@ -169,22 +169,22 @@ def main() -> None:
             if device == "cuda":
                 row["MFU %"] = 100 * vit_flops_per_tile(model) * model_rate / (BF16_PEAK_TFLOPS * 1e12)
             rows.append(row)
-            print(pd.DataFrame([row]).to_string(index=False, float_format=lambda v: f"{v:,.1f}"), flush=True)
+            print(pd.DataFrame([row]).to_string(index=False, float_format=lambda v: f"{v:,.2f}"), flush=True)
         plates = [{"px": size, "OME-Zarr plate tiles/s": plate_rate(root, size, args.tiles),
                    "tile store loader tiles/s": loader_rate(stores[(size, args.tiles)], TileNormalizer("tile"),
                                                             args.tiles, args.workers)}
                   for size in sorted({s for _, s, d, _ in settings if d == "cpu"})]
     table, plates = pd.DataFrame(rows), pd.DataFrame(plates)
     print("\nsummary")
-    print(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-    print(plates.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    print(table.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    print(plates.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     device = torch.cuda.get_device_name(0) if cuda else f"CPU, {torch.get_num_threads()} threads"
     print(f"torch {torch.__version__}, {device}")
     print("loader at least 5x faster than the model everywhere:", bool((table["loader/model"] >= 5).all()))
     print("embed at least 0.9 of the bare forward pass everywhere:", bool((table["embed/bare"] >= 0.9).all()))
     if args.docs:
         head = f"`python benchmarks/embed.py --docs` ({device}, torch {torch.__version__}; 6 channels, 16 px patches)"
-        write_block(DOCS / "benchmarks.md", "embed", f"{head}\n\n{markdown(table, ',.1f')}\n\n{markdown(plates, ',.1f')}")
+        write_block(DOCS / "benchmarks.md", "embed", f"{head}\n\n{markdown(table, ',.2f')}\n\n{markdown(plates, ',.1f')}")
 
 
 if __name__ == "__main__":
