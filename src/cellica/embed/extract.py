@@ -77,9 +77,8 @@ def _encode_all(model, data: TileBlocks, p: EmbedParams, device, shard: tuple[in
     encode = _encoder(model, p, device)
     outputs, seen = HostOutputs(), []
     bar = progress(total=stop - start, desc=f"embed {i}/{n}", unit="tile")
-    # In-process reads are pinned by the read threads (data.pin); worker processes' batches
-    # by the DataLoader, in this process.
-    batches = make_loader(data, p.num_workers, pin_memory=device.type == "cuda" and p.num_workers > 0)
+    # Batches the read threads did not pin (worker processes cannot) are pinned by the DataLoader.
+    batches = make_loader(data, p.num_workers, pin_memory=device.type == "cuda" and not data.pin)
     with torch.inference_mode():
         for idx, x in batches_on_device(batches, device):
             if data.raw:

@@ -83,20 +83,21 @@ def batches_on_device(batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     copying = torch.cuda.Stream(device)
     compute = torch.cuda.current_stream(device)
 
-    def start(item):
-        idx, x = item
-        with torch.cuda.stream(copying):
-            return idx, x.to(device, non_blocking=True)
-
     pending = iter(batches)
-    ahead = next(pending, None)
-    ahead = None if ahead is None else start(ahead)
+
+    def copy_next():
+        """The next batch, its copy issued on the copying stream (None when there is none)."""
+        for idx, x in pending:
+            with torch.cuda.stream(copying):
+                return idx, x.to(device, non_blocking=True)
+        return None
+
+    ahead = copy_next()
     while ahead is not None:
         compute.wait_stream(copying)  # this batch's copy (the only one issued so far) is done first
         idx, x = ahead
         x.record_stream(compute)
-        following = next(pending, None)
-        ahead = None if following is None else start(following)
+        ahead = copy_next()
         yield idx, x
 
 
