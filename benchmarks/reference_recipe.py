@@ -10,7 +10,9 @@ and imports nothing from cellica (``tests/test_reference_recipe.py`` checks it):
 1. each batch's controls are split at random: ``fit_fraction`` of them fit the transforms, the
    others are the only controls the classifiers see (all of them at 1.0);
 2. the transforms are fit on the fitting controls: per-batch centring (or centring and scaling)
-   by each batch's fitting controls, PCA whitening (scikit-learn ``PCA(whiten=True)``), then
+   by each batch's fitting controls, or one z-score on all of them (scikit-learn's
+   ``StandardScaler``; features that do not vary there dropped by ``max == min``, no tolerance:
+   nothing is taken from cellica's rules), PCA whitening (scikit-learn ``PCA(whiten=True)``), then
    FastICA (scikit-learn; components made canonical as docs/stages.md says: positive skew,
    sorted by non-Gaussianity) or a Haar-random rotation (scipy ``ortho_group``); ZCA whitening
    (sphering); Harmony (harmonypy) on the PCA scores and ComBat (scanpy) on every row;
@@ -24,7 +26,9 @@ The DAG's side (:func:`dag_recipe`) runs the functions the DAG's transform and e
 run (``make_transform(...).fit_transform``, ``evaluate_genes``) on the same data. Each seed
 re-seeds everything in both (cellica: ``transform.seed`` and ``evaluate.seeds``), so the seed
 SD includes the draw of the fitting controls. Cases: the BBBC021 CellProfiler profiles by MoA
-(leave-one-week-out) and by compound (one week each: random splits), and a simulated screen of
+(leave-one-week-out) and by compound (one week each: random splits) as the example config
+(per-week center_scale), BBBC021 by MoA as the plain profiling protocol (one z-score on all
+DMSO wells, no per-batch correction, every control fitting), and a simulated screen of
 linearly mixed independent factors. ``--docs`` writes the table into docs/evaluation.md.
 """
 
@@ -64,23 +68,40 @@ def split_controls(meta: pd.DataFrame, fraction: float, seed: int) -> np.ndarray
 
 
 def centre_batches(x: np.ndarray, batch: np.ndarray, fit: np.ndarray, scale: bool) -> np.ndarray:
-    """Each batch centred (and scaled) by its fitting controls' mean (and sd)."""
+    """Each batch centred (and scaled) by its fitting controls' mean (and sd): scikit-learn's
+    StandardScaler fit on them (a feature they do not vary on is dropped beforehand)."""
+    from sklearn.preprocessing import StandardScaler
+
     out = np.empty_like(x)
     for b in np.unique(batch):
         rows, ref = batch == b, (batch == b) & fit
-        sd = x[ref].std(axis=0) if scale else 1.0
-        out[rows] = (x[rows] - x[ref].mean(axis=0)) / (np.maximum(sd, 1e-6 * np.max(sd)) if scale else 1.0)
+        out[rows] = StandardScaler(with_std=scale).fit(x[ref]).transform(x[rows])
     return out
 
 
-def transform(variant: str, x: np.ndarray, meta: pd.DataFrame, fit: np.ndarray, n_components, scale: bool,
-              seed: int) -> np.ndarray:
-    """The variant's features of every row, fit on the fitting controls."""
-    from sklearn.decomposition import PCA, FastICA
+def varies(x: np.ndarray) -> np.ndarray:
+    """Features whose values are not all equal (max > min): no tolerance at all."""
+    return np.ptp(x, axis=0) > 0
 
+
+def transform(variant: str, x: np.ndarray, meta: pd.DataFrame, fit: np.ndarray, n_components, protocol: str,
+              seed: int) -> np.ndarray:
+    """The variant's features of every row, fit on the fitting controls. ``protocol``: how the
+    features are put on one scale first: ``center`` (each batch centred on its fitting controls,
+    in the PCA family), ``center_scale`` (also divided by their sd) or ``zscore`` (one z-score of
+    every variant's input on all fitting controls, no per-batch statistics)."""
+    from sklearn.decomposition import PCA, FastICA
+    from sklearn.preprocessing import StandardScaler
+
+    if protocol == "zscore":
+        x = StandardScaler().fit(x[fit]).transform(x)
     if variant == "base":
         return x
-    keep = x[fit].std(axis=0) > 1e-12 * max(1.0, float(np.abs(x[fit]).max()))  # constant on the fit set: dropped
+    keep = varies(x if variant == "combat" else x[fit])  # constant where it is fit (ComBat: every row): dropped
+    if protocol == "center_scale" and variant not in ("sphering", "combat"):
+        batch = meta["batch"].to_numpy()
+        for b in np.unique(batch):  # and constant on one batch's fitting controls (nothing to divide by)
+            keep &= varies(x[fit & (batch == b)])
     x = x[:, keep]
     if variant == "sphering":
         mean = x[fit].mean(axis=0)
@@ -93,7 +114,8 @@ def transform(variant: str, x: np.ndarray, meta: pd.DataFrame, fit: np.ndarray, 
         tmp = ad.AnnData(x, obs=pd.DataFrame({"b": meta["batch"].astype(str).to_numpy()},
                                              index=meta.index.astype(str)))
         return np.asarray(sc.pp.combat(tmp, key="b", inplace=False))
-    x = centre_batches(x, meta["batch"].to_numpy(), fit, scale)
+    if protocol != "zscore":
+        x = centre_batches(x, meta["batch"].to_numpy(), fit, protocol == "center_scale")
     pca = PCA(n_components=n_components, whiten=variant != "harmony", svd_solver="full").fit(x[fit])
     z = pca.transform(x)
     if variant == "pca":
@@ -176,13 +198,15 @@ def classify(x: np.ndarray, pert: np.ndarray, ctrl: np.ndarray, batch: np.ndarra
         res["auroc"].append(roc_auc_score(y, score))
         res["sparsity"].append(hoyer(imp))
         xt = x[test].astype(np.float64)
-        bio = (xt[y].mean(axis=0) - xt[~y].mean(axis=0)) ** 2 / np.maximum(xt[~y].var(axis=0), 1e-12)
+        var = xt[~y].var(axis=0)
+        diff2 = (xt[y].mean(axis=0) - xt[~y].mean(axis=0)) ** 2
+        bio = np.divide(diff2, var, out=np.zeros_like(var), where=var > 0)  # no spread on the controls: 0
         res["concentration"].append(top_quarter_share(imp, bio))
     return {m: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for m, v in res.items()}
 
 
 def reference_recipe(x: np.ndarray, meta: pd.DataFrame, variant: str, seed: int, fraction: float,
-                     n_components, scale: bool, min_samples: int, lgb_overrides: dict,
+                     n_components, protocol: str, min_samples: int, lgb_overrides: dict,
                      fit: np.ndarray | None = None) -> pd.DataFrame:
     """Per perturbation, the reference's AUROC, sparsity and concentration for one variant and seed.
 
@@ -190,7 +214,8 @@ def reference_recipe(x: np.ndarray, meta: pd.DataFrame, variant: str, seed: int,
     ``fit``: the fitting controls to use instead of the reference's own draw (a paired comparison).
     """
     fit = split_controls(meta, fraction, seed) if fit is None else fit
-    z = np.asarray(transform(variant, np.asarray(x, np.float64), meta, fit, n_components, scale, seed), np.float32)
+    z = np.asarray(transform(variant, np.asarray(x, np.float64), meta, fit, n_components, protocol, seed),
+                   np.float32)
     held = ~(meta["is_control"].to_numpy() & fit) if fraction < 1.0 else np.ones(len(meta), bool)
     z, m = z[held], meta[held]
     ctrl, batch = m["is_control"].to_numpy(), m["batch"].astype(str).to_numpy()
@@ -236,17 +261,22 @@ def bbbc021(by: str):
     return table[features].to_numpy(np.float32), meta
 
 
-# Per case: the data, the transform settings both sides use (n_components, center_scale), and
-# the classifier settings (min_samples, LightGBM overrides). BBBC021 as its example config.
+# Per case: the data, the transform settings both sides use (n_components, the protocol that puts
+# features on one scale: see transform), the classifier settings (min_samples, LightGBM
+# overrides), and the fit fractions it runs at (None: those asked for). BBBC021 as its example
+# config (per-week center_scale on DMSO), and as the profiling recipes' plain protocol: one
+# z-score on all DMSO wells, no per-batch statistics, every control fitting (zscore).
 CASES = {
-    "bbbc021_moa": (lambda: bbbc021("Metadata_MoA"), 60, True, 3, {"min_data_in_leaf": 3}),
-    "bbbc021_compound": (lambda: bbbc021("Metadata_Perturbation"), 60, True, 3, {"min_data_in_leaf": 3}),
-    "simulated": (simulated_screen, None, False, 3, {}),
+    "bbbc021_moa": (lambda: bbbc021("Metadata_MoA"), 60, "center_scale", 3, {"min_data_in_leaf": 3}, None),
+    "bbbc021_compound": (lambda: bbbc021("Metadata_Perturbation"), 60, "center_scale", 3, {"min_data_in_leaf": 3},
+                         None),
+    "bbbc021_moa_zscore": (lambda: bbbc021("Metadata_MoA"), 60, "zscore", 3, {"min_data_in_leaf": 3}, [1.0]),
+    "simulated": (simulated_screen, None, "center", 3, {}, None),
 }
 
 
 # ------------------------------------------------------------------------------ the DAG's side
-def dag_recipe(x, meta, variant, seed, fraction, n_components, scale, min_samples, lgb_overrides, threads=2):
+def dag_recipe(x, meta, variant, seed, fraction, n_components, protocol, min_samples, lgb_overrides, threads=2):
     """The DAG's transform and evaluate functions on the same data and settings."""
     import anndata as ad
 
@@ -260,8 +290,9 @@ def dag_recipe(x, meta, variant, seed, fraction, n_components, scale, min_sample
     for col in ("plate", "well"):
         if col not in obs:
             obs[col] = obs["batch"] + "-P1" if col == "plate" else "W"
-    tp = TransformParams(fit_fraction=fraction, seed=seed, n_components=n_components, drop_constant=True,
-                         batch_correction="center_scale" if scale else "center")
+    scaling = ({"standardize": "controls", "batch_correction": None} if protocol == "zscore"
+               else {"batch_correction": protocol})
+    tp = TransformParams(fit_fraction=fraction, seed=seed, n_components=n_components, drop_constant=True, **scaling)
     feats = make_transform(variant, tp).fit_transform(ad.AnnData(np.asarray(x, np.float32), obs=obs))
     ep = EvalParams(seeds=[seed], min_samples=min_samples, **lgb_overrides)
     pg, _ = evaluate_genes(feats, ep, variant=variant, threads=threads)
@@ -276,15 +307,15 @@ def compare(case: str, seeds: list[int], fractions: list[float], variants, paire
     """Per fraction, variant and metric: the DAG's and the reference's means over seeds, the
     pooled seed sd, and whether they agree within 3 sd. ``paired``: the reference fits on the
     DAG's own draw of fitting controls (what is left is the implementations' difference)."""
-    load, n_components, scale, min_samples, overrides = CASES[case]
+    load, n_components, protocol, min_samples, overrides, only = CASES[case]
     x, meta = load()
     rows = []
-    for fraction in fractions:
+    for fraction in only or fractions:
         for variant in variants:
             t0 = time.perf_counter()
             per_seed = {"dag": [], "reference": []}
             for seed in seeds:
-                args = (x, meta, variant, seed, fraction, n_components, scale, min_samples, overrides)
+                args = (x, meta, variant, seed, fraction, n_components, protocol, min_samples, overrides)
                 dag = dag_recipe(*args)
                 per_seed["dag"].append(dag[list(METRIC_NAMES)].mean())
                 ref = reference_recipe(*args, fit=dag.attrs["fit"] if paired else None)
@@ -308,10 +339,10 @@ def sign_effect(case: str, seeds: list[int]) -> pd.DataFrame:
     """What a PCA component's sign alone does to the reference's classifiers: the ``pca`` variant
     at ``fit_fraction`` 1.0 (no split to draw) with every component as scikit-learn signs it,
     and with the signs of a seeded coin flip per component; per seed and metric."""
-    load, n_components, scale, min_samples, overrides = CASES[case]
+    load, n_components, protocol, min_samples, overrides, _ = CASES[case]
     x, meta = load()
     fit = split_controls(meta, 1.0, 0)
-    z = transform("pca", np.asarray(x, np.float64), meta, fit, n_components, scale, 0).astype(np.float32)
+    z = transform("pca", np.asarray(x, np.float64), meta, fit, n_components, protocol, 0).astype(np.float32)
     ctrl, batch = meta["is_control"].to_numpy(), meta["batch"].astype(str).to_numpy()
     perts = meta["perturbation"].astype(str).to_numpy()
     rows = []

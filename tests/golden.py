@@ -103,9 +103,37 @@ def compare(found: dict[str, dict[str, str]], recorded: dict[str, dict[str, str]
 
 
 def versions() -> dict[str, str]:
+    """The numeric libraries' versions and the machine's kernels: the last bits of a float
+    depend on both (OpenBLAS picks its kernels by processor, and numpy's and torch's vectorised
+    loops by the CPU's instruction sets), so digests recorded on another kind of processor
+    are not compared (the tests say so and skip)."""
     from importlib.metadata import version
 
-    return {name: version(name) for name in LIBRARIES}
+    out = {name: version(name) for name in LIBRARIES}
+    out["machine:cpu"] = _cpu_model()
+    out["machine:blas"] = _blas_kernels()
+    return out
+
+
+def _cpu_model() -> str:
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _blas_kernels() -> str:
+    """numpy's own BLAS and the kernels it picked on this processor (whatever else is loaded)."""
+    import numpy  # noqa: F401  (loads its BLAS)
+    from threadpoolctl import threadpool_info
+
+    return ",".join(sorted({f"{i.get('internal_api')}:{i.get('architecture', '?')}" for i in threadpool_info()
+                            if i.get("user_api") == "blas" and "numpy" in i.get("filepath", "")}))
 
 
 if __name__ == "__main__":

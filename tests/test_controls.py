@@ -8,7 +8,13 @@ import pytest
 
 from cellica.core.errors import CellicaError
 from cellica.evaluate.classifiers import GeneClassifiers
-from cellica.evaluate.controls import allocate, check_batches, fit_key, subsample_training
+from cellica.evaluate.controls import (
+    allocate,
+    check_batches,
+    fit_key,
+    gene_numbers,
+    subsample_training,
+)
 from cellica.evaluate.genes import evaluate_genes
 from tests.test_evaluate import FAST, screen
 
@@ -30,15 +36,18 @@ def test_subsample_is_seeded_stratified_and_keeps_every_perturbed_row():
     ctrl = np.ones(1000, bool)
     ctrl[::10] = False  # every tenth row is perturbed
     train = np.arange(1000)
-    kept = subsample_training(train, ctrl, batch, 200, 30, fit_key(0, "G1", 0))
+    kept = subsample_training(train, ctrl, batch, 200, 30, fit_key(0, 1, 0))
     assert np.array_equal(kept, np.sort(kept)) and np.unique(kept).size == kept.size
     assert np.isin(np.flatnonzero(~ctrl), kept).all()  # perturbed rows all kept
     per_batch = {b: int((ctrl[kept] & (batch[kept] == b)).sum()) for b in "ABC"}
     assert sum(per_batch.values()) == 200
     assert min(per_batch.values()) >= 30 and per_batch["A"] > per_batch["B"] > per_batch["C"]
-    again = subsample_training(train, ctrl, batch, 200, 30, fit_key(0, "G1", 0))
-    other = subsample_training(train, ctrl, batch, 200, 30, fit_key(1, "G1", 0))
+    again = subsample_training(train, ctrl, batch, 200, 30, fit_key(0, 1, 0))
+    other = subsample_training(train, ctrl, batch, 200, 30, fit_key(1, 1, 0))
     assert np.array_equal(kept, again) and not np.array_equal(kept, other)
+    # the draw follows which rows share a batch, never the batches' names (renamed: the same rows)
+    renamed = np.array([{"A": "zz", "B": "aa", "C": "mm"}[b] for b in batch])
+    assert np.array_equal(subsample_training(train, ctrl, renamed, 200, 30, fit_key(0, 1, 0)), kept)
     assert subsample_training(train, ctrl, batch, None, 30, [0]) is train  # no budget: untouched
     assert subsample_training(train, ctrl, batch, 5000, 30, [0]) is train  # budget above the controls
 
@@ -72,3 +81,9 @@ def test_budget_trains_on_fewer_controls_and_is_thread_and_chunk_independent():
     assert strong["n_train_controls"] == 90  # the two training batches give 90 controls in all
     assert full.set_index(["gene", "seed"]).loc[("STRONG", 0), "n_train_controls"] == 240
     assert strong["auroc_mean"] > 0.95  # the signal survives the budget
+
+
+def test_genes_are_numbered_by_first_appearance_not_by_name():
+    perts = np.array(["ctrl", "TP53", "ctrl", "ACTB", "TP53", "ZZZ"])
+    ctrl = perts == "ctrl"
+    assert gene_numbers(perts, ctrl) == {"TP53": 0, "ACTB": 1, "ZZZ": 2}

@@ -338,6 +338,11 @@ def _replace_during_read(monkeypatch, store: Path, replacement: Path) -> None:
     monkeypatch.setattr(TileStore, "_shard_bytes", reading)
 
 
+def _in_value_order(x: np.ndarray) -> np.ndarray:
+    """A table's rows as import-features stores them: in the order of their values, first column first."""
+    return x[np.lexsort(x[:, ::-1].T)]
+
+
 def _check_result(stage: str, kind: str, victim: Path, out: Path, other: Path) -> None:
     """The run took the input it was given, and says so."""
     import hashlib
@@ -362,7 +367,7 @@ def _check_result(stage: str, kind: str, victim: Path, out: Path, other: Path) -
         a = ad.read_h5ad(out)
         assert a.uns["provenance"]["table_sha256"] == hashlib.sha256(victim.read_bytes()).hexdigest()
         table = pd.read_csv(victim)
-        np.testing.assert_allclose(a.X, table[[f"f{k}" for k in range(6)]].to_numpy(np.float32))
+        np.testing.assert_allclose(a.X, _in_value_order(table[[f"f{k}" for k in range(6)]].to_numpy(np.float32)))
         return
     # one input swapped for the same file of another run: the output is that run's, exactly
     from cellica.core.adata import read_h5ad

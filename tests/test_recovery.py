@@ -34,8 +34,11 @@ def test_infomec_by_hand():
     # A latent mixing both sources (their sum, 3 levels) informs about both: InfoM below 1.
     mixed = infomec(np.c_[s[:, 0] + s[:, 1], s[:, 0] - s[:, 1]], s)
     assert mixed["infom"] < 0.5
-    # An inactive latent (range under 1/20 of the largest) is ignored.
-    assert infomec(np.c_[s, 1e-4 * s[:, :1]], s)["infoc"] == pytest.approx(1.0)
+    # An inactive latent (constant, on its own scale) is ignored; a latent in a tiny unit is not
+    # inactive (until #43 a range under 1/20 of the largest latent's counted as inactive).
+    assert infomec(np.c_[s, np.full(len(s), 3.0)], s)["infoc"] == pytest.approx(1.0)
+    tiny, same = infomec(np.c_[s, 1e-4 * s[:, :1]], s), infomec(np.c_[s, s[:, :1]], s)
+    assert tiny == pytest.approx(same) and tiny["infoc"] < 1
     assert np.isnan(infomec(s[:, :1], s)["infom"])  # one active latent: undefined
 
 

@@ -18,7 +18,7 @@ def test_the_reference_runs_without_importing_cellica():
     code = (
         "import sys; sys.path.insert(0, 'benchmarks'); import reference_recipe as r\n"
         "x, meta = r.simulated_screen(genes=3, per_gene=24)\n"
-        "t = r.reference_recipe(x, meta, 'pca_ica', 0, 0.5, None, False, 3, {})\n"
+        "t = r.reference_recipe(x, meta, 'pca_ica', 0, 0.5, None, 'center', 3, {})\n"
         "assert not any(m == 'cellica' or m.startswith('cellica.') for m in sys.modules), 'cellica imported'\n"
         "print(t.to_json())\n"
     )

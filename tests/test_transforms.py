@@ -417,7 +417,8 @@ def test_every_variant_under_every_switch_is_bit_for_bit_as_recorded(tmp_path):
 
     golden = json.loads((Path(__file__).parent / "golden" / "transforms.json").read_text())
     if versions() != golden["versions"]:
-        pytest.skip("recorded with other library versions: re-record with python -m tests.golden_transforms")
+        pytest.skip(f"recorded with other library versions or on another processor ({golden['versions']}): "
+                    "re-record with python -m tests.golden_transforms")
     found = record(tmp_path)
     problems = [f"{key}: {part}" for key, parts in golden["digests"].items() for part, value in parts.items()
                 if found[key].get(part) != value]

@@ -32,6 +32,18 @@ def safe_filename(name: object, max_len: int = 80) -> str:
     return f"{cleaned[:max_len]}-{digest}"
 
 
+def natural_key(name: object) -> tuple:
+    """Sort key ordering names as a person reads them: runs of digits by their value
+    (``f2`` before ``f10``), the rest as text, ties broken by the raw name.
+
+    >>> sorted(["f10", "f2", "Area"], key=natural_key)
+    ['Area', 'f2', 'f10']
+    """
+    text = str(name)
+    parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", text) if p)
+    return parts, text
+
+
 def check_case_collisions(names: Iterable[object], where: str, what: str = "perturbation names") -> None:
     """Refuse two distinct names that differ only by case (``TP53``, ``tp53``): gene symbols are
     case-sensitive, so the gene maps' pair lists would match them ambiguously. Checked where

@@ -2,7 +2,9 @@
 
 ``cellica import-features TABLE --out features.h5ad`` reads an ``.h5ad``, parquet,
 CSV or TSV (optionally gzipped) table with metadata columns and numeric feature
-columns and writes the same AnnData contract as ``cellica embed``.
+columns and writes the same AnnData contract as ``cellica embed``, its features in name
+order (:func:`cellica.core.names.natural_key`), so no number depends on the table's column
+order.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from cellica import __version__
 from cellica.core.adata import OBS_REQUIRED, make_adata, read_h5ad, write_h5ad
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.core.names import missing_columns_message
+from cellica.core.names import missing_columns_message, natural_key
 from cellica.embed.params import FeatureTableParams
 from cellica.embed.tables import Table, fill_matrix, first_duplicate, row_hashes, sha256
 
@@ -48,6 +51,10 @@ def import_features(path: str | os.PathLike, out: str | os.PathLike | None = Non
         raise CellicaError(f"features table {path} does not exist")
     if path.suffix == ".h5ad":
         adata = read_h5ad(path)
+        order = sorted(range(adata.n_vars), key=lambda i: natural_key(adata.var_names[i]))
+        if order != list(range(adata.n_vars)):
+            log.info("%s: features put in name order (the results do not depend on the file's column order)", path)
+            adata = adata[:, order].copy()
     else:
         adata = _table_to_adata(Table(path), p, path)
     log.info("read %d samples x %d features from %s (%d controls, %d batches, %d perturbations)",
@@ -130,6 +137,9 @@ def _table_to_adata(table: Table, p: FeatureTableParams, path: Path):
         )
     if not feature_cols:
         raise CellicaError(f"features table {path}: no numeric feature columns")
+    # One order of features whatever the table's: a classifier's column sampling (LightGBM's
+    # feature_fraction) picks features by position, so the file's column order must not matter.
+    feature_cols = sorted(feature_cols, key=natural_key)
     meta.index = _sample_ids(columns, meta, p.id_column, path)
     hashes = None if p.id_column else row_hashes(columns)
     del columns
@@ -149,7 +159,29 @@ def _table_to_adata(table: Table, p: FeatureTableParams, path: Path):
                            f"({bad_rows} row(s)); impute or drop them first")
     prov = {"source": "features", "table": str(path.resolve()), "table_sha256": sha256(path),
             "params": asdict(p), "cellica_version": __version__}
+    order = content_order(x)
+    if not np.array_equal(order, np.arange(len(order))):
+        x, meta = x[order], meta.iloc[order]
+        log.info("features table %s: rows put in the order of their feature values (the results do not depend on "
+                 "the table's row order)", path)
     return make_adata(x, meta, feature_cols, {"provenance": prov}, f"features table {path}")
+
+
+def content_order(x: np.ndarray, lead: int = 4) -> np.ndarray:
+    """The rows of ``x`` in the lexicographic order of their values (first column first): an
+    order that depends on no label and no row order, and that a change of any feature's unit
+    (a positive factor, an added constant) keeps. Rows equal in every feature keep their order.
+
+    Sorting on the first ``lead`` columns settles almost every row; only when two rows tie on
+    all of those are all columns used."""
+    x = np.asarray(x)
+    if len(x) < 2:
+        return np.arange(len(x))
+    keys = x[:, : min(lead, x.shape[1])]
+    order = np.lexsort(keys[:, ::-1].T)
+    if keys.shape[1] < x.shape[1] and (keys[order[1:]] == keys[order[:-1]]).all(axis=1).any():
+        order = np.lexsort(x[:, ::-1].T)
+    return order
 
 
 def _sample_ids(table: pd.DataFrame, meta: pd.DataFrame, id_column: str | None, path: Path) -> pd.Index:

@@ -82,7 +82,9 @@ def batch_metrics(adata, variant: str, p: EvalParams | None = None) -> dict[str,
     if len(ctrl) > p.max_batch_samples:  # subsample first: only the subsample becomes float64
         ctrl = ctrl[np.sort(rng.choice(len(ctrl), p.max_batch_samples, replace=False))]
     x = np.asarray(adata.X[ctrl], np.float64)
-    b = adata.obs[p.batch_key].astype(str).to_numpy()[ctrl]
+    # batches numbered in order of first appearance, not by name: the multi-class classifiers
+    # sample features class by class, so a renamed batch must keep its class number
+    b = pd.factorize(adata.obs[p.batch_key].astype(str).to_numpy()[ctrl])[0]
     n_batches = len(np.unique(b))
     out = {"variant": variant, "n_controls": int(len(x)), "n_batches": n_batches, "chance_accuracy": 1.0 / max(n_batches, 1)}
     if n_batches < 2:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.evaluate.controls import check_batches, fit_key, subsample_training
+from cellica.evaluate.controls import check_batches, fit_key, gene_numbers, subsample_training
 from cellica.evaluate.metrics import biological_variation, concentration, hoyer_sparsity, mean_roc
 from cellica.evaluate.params import EvalParams
 
@@ -115,6 +115,9 @@ class GeneClassifiers:
         self.batch = obs[params.batch_key].astype(str).to_numpy()
         self.perts = obs["perturbation"].astype(str).to_numpy()
         self.guide = obs["guide"].astype(str).to_numpy() if "guide" in obs else self.perts
+        # the control budget's streams: genes and batches numbered by first appearance, not by name
+        self.gene_number = gene_numbers(self.perts, self.ctrl)
+        self.batch_number = {b: i for i, b in enumerate(pd.unique(self.batch))}
         check_batches(self.batch, self.ctrl, params.max_controls, params.min_controls_per_batch)
         self.levels = None
         self.full = None
@@ -178,11 +181,14 @@ class GeneClassifiers:
             row["skipped"] = f"only {int(pert.sum())} sample(s) (< min_samples {p.min_samples})"
             return row, None
         folds, split, notes = self._folds(pert, batches)
+        # each fit's control-budget stream: a held-out batch's place in the file (not its name)
+        streams = ([self.batch_number[self.batch[test[0]]] for _, test in folds] if split == "batch"
+                   else list(range(len(folds))))
         if not folds:
             row["skipped"] = "; ".join(notes) or "no usable fold"
             return row, None
         aurocs, guide_auc, sparsities, concs, imps, curves, n_train = [], {}, [], [], [], [], []
-        for k, (train, test) in enumerate(folds):
+        for k, (train, test) in zip(streams, folds, strict=True):
             train = self._budget(train, gene, k)
             n_train.append(int(self.ctrl[train].sum()))
             y_train, y_test = pert[train], pert[test]
@@ -252,7 +258,7 @@ class GeneClassifiers:
     def _budget(self, train: np.ndarray, gene: str, fold: int) -> np.ndarray:
         """The fit's training rows with its controls cut to ``max_controls`` (all when null)."""
         return subsample_training(train, self.ctrl, self.batch, self.p.max_controls, self.p.min_controls_per_batch,
-                                  fit_key(self.seed, gene, fold))
+                                  fit_key(self.seed, self.gene_number[gene], fold))
 
     def _within_batch_auroc(self, pert: np.ndarray, gene: str) -> float:
         scores = []

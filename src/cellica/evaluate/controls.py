@@ -3,18 +3,18 @@
 Every per-gene classifier trains on all controls of the batches it does not hold out,
 so its cost grows with the number of controls; ``evaluate.max_controls`` caps the
 controls one fit trains on. The subsample is drawn per fit (gene, fold), keyed on the
-seed and the gene's name, so it does not depend on the thread count or on which chunk
-the gene falls in, and every variant's classifiers of a gene see the same controls
-(their rows are the same). Test rows are never subsampled: AUROC is always measured
+seed, the gene's place among the file's perturbations and the held-out batch's place
+among its batches, so it does not depend on the thread count, on which chunk the gene
+falls in, or on any name, and every variant's classifiers of a gene see the same
+controls (their rows are the same). Test rows are never subsampled: AUROC is always measured
 against every held-out control. ``benchmarks/controls.py`` measures what a budget
 changes.
 """
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
+import pandas as pd
 
 from cellica.core.errors import CellicaError
 
@@ -70,9 +70,17 @@ def check_batches(batch: np.ndarray, ctrl: np.ndarray, budget: int | None, floor
                            f"{names.size} batches = {floor * names.size}")
 
 
-def fit_key(seed: int, gene: str, fold: int) -> list[int]:
-    """The random stream of one fit: the same for a gene whatever the chunk, thread or variant."""
-    return [int(seed) & 0xFFFFFFFF, zlib.crc32(gene.encode()), int(fold)]
+def fit_key(seed: int, gene: int, fold: int) -> list[int]:
+    """The random stream of one fit: the same for a gene whatever the chunk, thread or variant.
+    ``gene`` is the gene's place among the file's perturbations in order of first appearance
+    (:func:`gene_numbers`), never its name: renaming genes leaves every draw as it was."""
+    return [int(seed) & 0xFFFFFFFF, int(gene), int(fold)]
+
+
+def gene_numbers(perts: np.ndarray, ctrl: np.ndarray) -> dict[str, int]:
+    """Each perturbation's number: its place in order of first appearance among the perturbed
+    rows (the file's row order: content order for imported tables, the store's for tiles)."""
+    return {str(g): i for i, g in enumerate(pd.unique(np.asarray(perts)[~np.asarray(ctrl, bool)]))}
 
 
 def subsample_training(train: np.ndarray, ctrl: np.ndarray, batch: np.ndarray, budget: int | None, floor: int,
@@ -102,7 +110,9 @@ def subsample_training(train: np.ndarray, ctrl: np.ndarray, batch: np.ndarray, b
     if budget is None or is_ctrl.sum() <= budget:
         return train
     controls = train[is_ctrl]
-    names, inverse, counts = np.unique(batch[controls], return_inverse=True, return_counts=True)
+    # batches in order of first appearance (not of their names: renaming one changes no draw)
+    inverse, names = pd.factorize(batch[controls])
+    counts = np.bincount(inverse, minlength=len(names))
     take = allocate(counts, budget, floor)
     rng = np.random.default_rng(key)
     kept = [rng.choice(controls[inverse == i], int(k), replace=False) for i, k in enumerate(take)]

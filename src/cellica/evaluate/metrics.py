@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from cellica.core.errors import CellicaError
+from cellica.core.scales import constant, moments
 
 TOP_FRACTION = 0.25
 
@@ -33,11 +34,18 @@ def biological_variation(x_pert: np.ndarray, x_ctrl: np.ndarray) -> np.ndarray:
 
     ``(mean(x_pert) - mean(x_ctrl))**2 / var(x_ctrl)`` (population variance of the
     controls, not a pooled one): a standardised effect size squared (Cohen's d^2
-    with the control spread), so features on different scales are comparable.
+    with the control spread), so features on different scales are comparable. A feature
+    whose controls do not vary (judged on its own magnitude,
+    :func:`cellica.core.scales.constant`) has no control spread to measure an effect in:
+    it counts 0, whatever its unit (until #43 its variance was floored at 1e-12 in raw
+    units, so a feature in a small unit had its effect cut, and a constant one got an
+    effect that depended on its unit).
     """
-    diff = np.asarray(x_pert, np.float64).mean(axis=0) - np.asarray(x_ctrl, np.float64).mean(axis=0)
-    var = np.asarray(x_ctrl, np.float64).var(axis=0)
-    return diff**2 / np.maximum(var, 1e-12)
+    x_pert, x_ctrl = np.asarray(x_pert, np.float64), np.asarray(x_ctrl, np.float64)
+    mean_ctrl, var = x_ctrl.mean(axis=0), x_ctrl.var(axis=0)
+    diff = x_pert.mean(axis=0) - mean_ctrl
+    flat = constant(mean_ctrl, np.sqrt(var))
+    return np.divide(diff**2, var, out=np.zeros_like(var), where=~flat)
 
 
 def top_weights(importance: np.ndarray, top_fraction: float = TOP_FRACTION) -> np.ndarray:
@@ -122,9 +130,17 @@ def mean_roc(curves: list[list[list[float]]], grid: int = 101) -> tuple[np.ndarr
 
 def cross_correlation(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
     """Pearson correlations between the columns of xa (rows of the result) and of xb."""
-    za = (xa - xa.mean(0)) / np.maximum(xa.std(0), 1e-12)
-    zb = (xb - xb.mean(0)) / np.maximum(xb.std(0), 1e-12)
+    xa, xb = np.asarray(xa, np.float64), np.asarray(xb, np.float64)
+    za = (xa - xa.mean(0)) / _spread(xa)
+    zb = (xb - xb.mean(0)) / _spread(xb)
     return za.T @ zb / len(xa)
+
+
+def _spread(x: np.ndarray) -> np.ndarray:
+    """Per-column standard deviation, inf for a column constant on its own scale (its
+    standardised values, hence its correlations, are then 0)."""
+    mean, sd = moments(x)
+    return np.where(constant(mean, sd), np.inf, sd)
 
 
 def mcc(features: np.ndarray, factors: np.ndarray) -> float:

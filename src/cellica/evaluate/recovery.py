@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from cellica.core.errors import CellicaError
+from cellica.core.scales import constant, moments
 
 
 def linear_probe_r2(x: np.ndarray, y: pd.DataFrame | np.ndarray, n_splits: int = 5, seed: int = 0,
@@ -147,8 +148,8 @@ def normalised_mi(sources: np.ndarray, latents: np.ndarray, n_bins: int = 10) ->
 def infomec(latents: np.ndarray, sources: np.ndarray, n_bins: int = 10) -> dict[str, float]:
     """InfoM, InfoE and InfoC (Hsu et al. 2023, "Disentanglement via latent quantization").
 
-    With ``NMI`` from :func:`normalised_mi` over the *active* latents (range above 1/20
-    of the largest), ``n_s`` sources and ``n_z`` active latents:
+    With ``NMI`` from :func:`normalised_mi` over the *active* latents (those that vary,
+    each judged on its own magnitude), ``n_s`` sources and ``n_z`` active latents:
 
     * InfoM (modularity): mean over latents of ``max_i NMI_ij / sum_i NMI_ij``, rescaled
       from ``[1/n_s, 1]`` to ``[0, 1]``: each latent informs about one source.
@@ -163,8 +164,7 @@ def infomec(latents: np.ndarray, sources: np.ndarray, n_bins: int = 10) -> dict[
     """
     z = np.asarray(latents, np.float64)
     s = np.asarray(sources, np.float64)
-    ranges = z.max(axis=0) - z.min(axis=0)
-    active = ranges > ranges.max() / 20 if ranges.size and ranges.max() > 0 else np.zeros(z.shape[1], bool)
+    active = ~constant(*moments(z))  # each latent on its own scale (cellica.core.scales), never another's
     nmi = normalised_mi(s, z[:, active], n_bins)
     n_s, n_z = nmi.shape
     nan = float("nan")

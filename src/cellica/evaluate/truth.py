@@ -9,6 +9,7 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.core.scales import constant
 
 log = get_logger("evaluate")
 
@@ -26,7 +27,8 @@ def truth_alignment(per_gene: pd.DataFrame, importances: pd.DataFrame, adata, la
     if z.isna().any().any():
         raise CellicaError("truth alignment: the features' samples are not the simulated store's tiles")
     x = pd.DataFrame(np.asarray(adata.X, np.float64), index=adata.obs_names, columns=list(map(str, adata.var_names)))
-    xs = (x - x.mean()) / x.std().replace(0, np.nan)
+    sd = x.std()
+    xs = (x - x.mean()) / sd.mask(constant(x.mean().to_numpy(), sd.to_numpy()))  # constant on its own scale: NaN
     zs = (z - z.mean()) / z.std()
     corr = (xs.T @ zs) / (len(x) - 1)  # features x factors
     eff = effects.set_index("gene")

@@ -13,12 +13,10 @@ import pandas as pd
 from cellica.core.adata import WELL_KEYS, aggregate_wells
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
+from cellica.core.scales import constant, moments
 from cellica.maps.params import MapParams
 
 log = get_logger("maps")
-
-# Below this, a control standard deviation is treated as zero (a constant feature on a plate).
-STD_FLOOR = 1e-6
 
 
 def group_profiles(x: np.ndarray, obs: pd.DataFrame, keys: list[str], how: str) -> tuple[np.ndarray, pd.DataFrame]:
@@ -42,21 +40,32 @@ def group_profiles(x: np.ndarray, obs: pd.DataFrame, keys: list[str], how: str) 
 def normalize_plates(x: np.ndarray, obs: pd.DataFrame, how: str | None) -> np.ndarray:
     """Well profiles minus their plate's control-well mean (``center``), also divided by the
     control-well standard deviation (``center_scale``); a plate without control wells, or with
-    one only under ``center_scale``, is an error naming it."""
+    one only under ``center_scale``, is an error naming it.
+
+    Under ``center_scale`` a feature whose control wells on a plate do not vary (judged on that
+    feature's own magnitude, :func:`cellica.core.scales.constant`, never against another
+    feature) has no unit to express it in: it is zeroed on that plate (it adds nothing to the
+    map's similarities), and the log says how many such (plate, feature) pairs there were."""
     if how is None:
         return x
-    x = x.copy()
+    x = np.array(x, np.float64)
     ctrl = obs["is_control"].to_numpy(bool)
+    zeroed = 0
     for plate, rows in obs.groupby("plate", sort=False).indices.items():
         ref = x[rows[ctrl[rows]]]
         need = 2 if how == "center_scale" else 1
         if len(ref) < need:
             raise CellicaError(f"maps.normalize={how}: plate {plate!r} has {len(ref)} control well(s), needs {need}")
-        mean = ref.mean(axis=0)
+        mean, sd = moments(ref, ddof=1 if how == "center_scale" else 0)
         x[rows] -= mean
         if how == "center_scale":
-            sd = ref.std(axis=0, ddof=1)
-            x[rows] /= np.where(sd > STD_FLOOR, sd, 1.0)
+            const = constant(mean, sd)
+            x[rows] /= np.where(const, 1.0, sd)
+            x[np.ix_(rows, np.flatnonzero(const))] = 0.0
+            zeroed += int(const.sum())
+    if zeroed:
+        log.warning("maps.normalize=center_scale: %d (plate, feature) pair(s) do not vary on the plate's control "
+                    "wells and were zeroed there", zeroed)
     return x
 
 

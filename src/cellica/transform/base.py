@@ -22,20 +22,28 @@ from cellica.core.atomic import atomic_output
 from cellica.core.contracts import FIT_COL
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
+from cellica.core.scales import moments, spread_orders
 from cellica.core.threads import fixed_threads
 from cellica.transform.params import TransformParams
 from cellica.transform.rows import row_blocks
-from cellica.transform.steps import Rows
+from cellica.transform.steps import Rows, controls_mask
 
 log = get_logger("transforms")
+# Steps whose result depends on the features' relative units (they mix features), and the
+# spread of the controls' standard deviations (orders of magnitude) above which they warn
+# when nothing puts every feature on its own scale first.
+MIXING_STEPS = ("pca", "zca")
+UNIT_WARN_ORDERS = 3.0
 
 
 def fit_control_mask(obs: pd.DataFrame, fraction: float, seed: int, batch_key: str) -> np.ndarray:
     """Seeded split of the controls, per batch: ``fraction`` fit the transforms, the rest are
     held back so that the classifiers compare perturbations with controls the transform never saw.
 
-    The split depends only on the sample ids, the batches and the seed, so every variant
-    (``base`` included) holds back the same controls.
+    The split depends only on the sample ids, which samples share a batch, and the seed: not
+    on the rows' order, nor on the batches' names (each batch's controls are drawn in id order,
+    the batches taken in the order of their first id), so every variant (``base`` included)
+    holds back the same controls, and renaming batches leaves it as it was.
     """
     ctrl = obs["is_control"].to_numpy(dtype=bool)
     mask = ctrl.copy()
@@ -44,9 +52,9 @@ def fit_control_mask(obs: pd.DataFrame, fraction: float, seed: int, batch_key: s
     keys = obs[batch_key].astype(str).to_numpy() if batch_key in obs else np.zeros(len(obs), str)
     ids = obs.index.astype(str).to_numpy()
     rng = np.random.default_rng(seed)
-    for batch in sorted(set(keys[ctrl])):
-        rows = np.flatnonzero(ctrl & (keys == batch))
-        rows = rows[np.argsort(ids[rows], kind="stable")]
+    groups = [np.flatnonzero(ctrl & (keys == batch)) for batch in set(keys[ctrl])]
+    groups = [rows[np.argsort(ids[rows], kind="stable")] for rows in groups]
+    for rows in sorted(groups, key=lambda rows: ids[rows[0]]):
         held = rng.permutation(rows.size)[: rows.size - max(1, int(round(fraction * rows.size)))]
         mask[rows[held]] = False
     return mask
@@ -125,6 +133,7 @@ class Transform(BaseEstimator):
             self.steps = compose(self.variant, p)
             # The matrix stays as stored (float32): rows become float64 only where and when used.
             rows = Rows(adata.X, obs, self._source(adata), self.in_features)
+            self._check_units(rows)
             for step in self.steps:
                 step.fit(rows)
                 rows = rows.then(step, step.context(rows))
@@ -133,6 +142,23 @@ class Transform(BaseEstimator):
             self.info["fit_seconds"] = round(time.perf_counter() - t0, 3)
             self.info["fit_samples"] = int(adata.n_obs)
         return self
+
+    def _check_units(self, rows: Rows) -> None:
+        """Record how many orders of magnitude the fitting controls' standard deviations span,
+        and warn when a feature-mixing step (PCA, ZCA) would see such mixed units unscaled."""
+        ctrl = controls_mask(rows.obs)
+        if not ctrl.any():
+            return
+        mean, sd = moments(rows.rows(ctrl))
+        orders = spread_orders(sd, mean)
+        self.info["feature_sd_orders"] = round(orders, 2)
+        p = self.params
+        scaled = p.standardize == "controls" or (p.batch_correction == "center_scale" and p.batch_stage == "before")
+        if orders > UNIT_WARN_ORDERS and not scaled and any(s.name in MIXING_STEPS for s in self.steps):
+            log.warning("%s: the features' control standard deviations span %.1f orders of magnitude (mixed units, "
+                        "e.g. CellProfiler profiles) and nothing scales them first: the %s step will be dominated by "
+                        "the largest units; set transform.standardize: controls (or batch_correction: center_scale)",
+                        rows.source, orders, self.variant)
 
     def transform(self, adata):
         """Apply the fitted steps; returns a new AnnData with provenance in ``.uns``."""

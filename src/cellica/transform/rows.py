@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from cellica.core.errors import CellicaError
+from cellica.core.scales import constant, moments
 
 BLOCK_ROWS = 16384  # rows per block: 16384 x 384 float64 is 50 MB
 
@@ -28,9 +29,13 @@ def row_blocks(n: int, size: int | None = None) -> list[slice]:
     return [slice(s, e) for s, e in zip(starts, [*starts[1:], n], strict=True)]
 
 
-def batch_stats(x_ctrl: np.ndarray, keys_ctrl: np.ndarray, batches, scale: bool, source: str) -> dict:
+def batch_stats(x_ctrl: np.ndarray, keys_ctrl: np.ndarray, batches, scale: bool, source: str,
+                names: list[str] | None = None) -> dict:
     """Per-batch (mean, std) of the controls ``x_ctrl`` (rows in data order, batch ``keys_ctrl``);
-    every batch in ``batches`` (all of the data's, in order of appearance) must have controls."""
+    every batch in ``batches`` (all of the data's, in order of appearance) must have controls,
+    and with ``scale`` every feature must vary on each batch's controls, judged on its own
+    magnitude (:func:`cellica.core.scales.constant`): there is nothing to divide by otherwise
+    (the whitening's drop_features step drops such features first under ``drop_constant``)."""
     stats = {}
     for batch in batches:
         rows = keys_ctrl == batch
@@ -42,12 +47,31 @@ def batch_stats(x_ctrl: np.ndarray, keys_ctrl: np.ndarray, batches, scale: bool,
         if scale and rows.sum() < 2:
             raise CellicaError(f"{source}: batch {batch!r} has one control sample; center_scale needs >= 2")
         sub = x_ctrl[rows]
-        stats[batch] = (sub.mean(axis=0), sub.std(axis=0) if scale else None)
+        mean = sub.mean(axis=0)
+        sd = sub.std(axis=0) if scale else None
+        if scale:
+            const = constant(mean, sd)
+            if const.any():
+                listed = [names[i] if names else int(i) for i in np.flatnonzero(const)[:5]]
+                raise CellicaError(
+                    f"{source}: batch {batch!r}: {int(const.sum())} feature(s) do not vary on its controls, e.g. "
+                    f"{listed}; center_scale cannot scale them: set drop_constant: true to drop them (recorded)")
+        stats[batch] = (mean, sd)
     return stats
 
 
+def constant_in_batches(x_ctrl: np.ndarray, keys_ctrl: np.ndarray) -> np.ndarray:
+    """Features constant on the controls of at least one batch (each judged on its own
+    magnitude): those per-batch scaling cannot divide by."""
+    out = np.zeros(x_ctrl.shape[1], bool)
+    for batch in pd.unique(keys_ctrl):
+        out |= constant(*moments(x_ctrl[keys_ctrl == batch]))
+    return out
+
+
 def correct(x: np.ndarray, keys: np.ndarray, stats: dict, scale: bool) -> np.ndarray:
-    """Centre (and scale) the rows of ``x`` by their batch's statistics (a new array)."""
+    """Centre (and scale) the rows of ``x`` by their batch's statistics (a new array; every
+    scale was checked non-constant by :func:`batch_stats`)."""
     out = np.empty_like(x)
     for batch, (mean, std) in stats.items():
         rows = keys == batch
@@ -55,7 +79,7 @@ def correct(x: np.ndarray, keys: np.ndarray, stats: dict, scale: bool) -> np.nda
             continue
         out[rows] = x[rows] - mean
         if scale:
-            out[rows] /= np.maximum(std, 1e-6 * max(float(std.max()), 1e-30))
+            out[rows] /= std
     return out
 
 

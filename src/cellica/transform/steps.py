@@ -26,7 +26,8 @@ from sklearn.base import BaseEstimator
 from cellica.core.contracts import FIT_COL
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.transform.rows import batch_keys, batch_stats, correct, row_blocks
+from cellica.core.scales import constant, inverse_scale, moments
+from cellica.transform.rows import batch_keys, batch_stats, constant_in_batches, correct, row_blocks
 
 log = get_logger("transforms")
 
@@ -192,10 +193,17 @@ class Standardize(Step):
         ctrl = controls_mask(rows.obs)
         if ctrl.sum() < 2:
             raise CellicaError(f"{rows.source}: standardize: controls needs >= 2 fitting controls, got {int(ctrl.sum())}")
-        fit = rows.rows(ctrl)
-        sd = fit.std(axis=0)
-        self.arrays["standardize_mean"] = fit.mean(axis=0)
-        self.arrays["standardize_scale"] = 1.0 / np.maximum(sd, 1e-6 * max(float(sd.max()), 1e-30))
+        mean, sd = moments(rows.rows(ctrl))
+        # Each feature on its own scale: one whose controls do not vary (judged against its own
+        # magnitude, never another feature's) is centred but not scaled, and the whitening's
+        # drop_features step drops or refuses it (drop_constant).
+        const = constant(mean, sd)
+        self.arrays["standardize_mean"] = mean
+        self.arrays["standardize_scale"] = inverse_scale(mean, sd)
+        self.info["constant_features"] = int(const.sum())
+        if const.any():
+            log.warning("%s: standardize: %d feature(s) do not vary on the fitting controls, e.g. %s: centred, "
+                        "not scaled", rows.source, int(const.sum()), [rows.names[i] for i in np.flatnonzero(const)[:5]])
         log.info("%s: standardised every feature on all %d fitting controls at once", rows.source, int(ctrl.sum()))
         return self
 
@@ -206,19 +214,27 @@ class Standardize(Step):
 class DropFeatures(Step):
     """Drop constant features (an error unless ``drop_constant``) and, with ``outlier_cutoff``,
     those beyond it in robust z-units, judged on ``rows``: the whitening's fit rows (``fit``,
-    by ``fit_on``), the fitting ``controls``, or ``all`` rows."""
+    by ``fit_on``), the fitting ``controls``, or ``all`` rows. With ``scale_batches`` (the batch
+    key, when ``center_scale`` divides each batch by its controls' spread before the whitening)
+    a feature constant on one batch's fitting controls counts as constant too. Each feature is
+    judged on its own magnitude (:mod:`cellica.core.scales`)."""
 
     name = "drop_features"
-    uses = ("drop_constant", "outlier_cutoff")  # with rows "fit", also the whitening's fit_on
+    # with rows "fit" (the PCA family's), also the whitening's fit_on and, with center_scale before
+    # it, the batch handling: parameters every variant with such a step already depends on
+    uses = ("drop_constant", "outlier_cutoff")
     owns = ("keep",)
 
     def __init__(self, rows: str = "fit", fit_on: str = "controls", drop_constant: bool = False,
-                 outlier_cutoff: float | None = None):
+                 outlier_cutoff: float | None = None, scale_batches: str | None = None):
         self.rows, self.fit_on, self.drop_constant, self.outlier_cutoff = rows, fit_on, drop_constant, outlier_cutoff
+        self.scale_batches = scale_batches
 
     @classmethod
     def from_params(cls, p, arg=None):
-        return cls(arg or "fit", p.fit_on, p.drop_constant, p.outlier_cutoff)
+        rows = arg or "fit"
+        scaled = rows == "fit" and p.batch_correction == "center_scale" and p.batch_stage == "before"
+        return cls(rows, p.fit_on, p.drop_constant, p.outlier_cutoff, p.batch_key if scaled else None)
 
     def fit(self, rows):
         if self.rows == "fit":
@@ -229,7 +245,12 @@ class DropFeatures(Step):
                 raise CellicaError(f"{rows.source}: no control samples to fit on")
         else:
             mask = np.ones(len(rows.obs), bool)
-        keep = check_constant(rows.rows(mask), rows.names, self.drop_constant, self.outlier_cutoff, rows.source)
+        also = None
+        if self.scale_batches is not None:
+            ctrl = controls_mask(rows.obs)
+            also = constant_in_batches(rows.rows(ctrl), batch_keys(rows.obs, self.scale_batches, rows.source)[ctrl])
+        keep = check_constant(rows.rows(mask), rows.names, self.drop_constant, self.outlier_cutoff, rows.source,
+                              also)
         self.arrays["keep"] = keep
         self.info["dropped_constant"] = int((~keep).sum())
         return self
@@ -263,22 +284,28 @@ class CentreBatches(Step):
     def context(self, rows):
         keys = batch_keys(rows.obs, self.batch_key, rows.source)
         ctrl = controls_mask(rows.obs)
-        return batch_stats(rows.rows(ctrl), keys[ctrl], pd.unique(keys), self.scale, rows.source)
+        return batch_stats(rows.rows(ctrl), keys[ctrl], pd.unique(keys), self.scale, rows.source, rows.names)
 
     def apply(self, x, obs, ctx):
         return correct(x, obs[self.batch_key].to_numpy(), ctx, self.scale)
 
 
 def check_constant(x: np.ndarray, names: list[str], drop_constant: bool, outlier_cutoff: float | None,
-                   source: str) -> np.ndarray:
-    """Boolean mask of the features to keep; constant ones are an error unless ``drop_constant``,
-    and with ``outlier_cutoff`` features beyond it in robust z-units (:func:`robust_z_max`) are dropped."""
-    const = x.std(axis=0) <= 1e-12 * max(1.0, float(np.abs(x).max()))
+                   source: str, also: np.ndarray | None = None) -> np.ndarray:
+    """Boolean mask of the features to keep; constant ones (each judged on its own magnitude,
+    :func:`cellica.core.scales.constant`; ``also``: more counted as constant, e.g. on one batch's
+    controls) are an error unless ``drop_constant``, and with ``outlier_cutoff`` features beyond
+    it in robust z-units (:func:`robust_z_max`) are dropped."""
+    const = constant(*moments(x))
+    where = "on the fit set"
+    if also is not None and (also & ~const).any():
+        const = const | also
+        where = "on the fit set or on one batch's controls (center_scale divides by their spread)"
     if const.any():
         listed = [names[i] for i in np.flatnonzero(const)[:5]]
         if not drop_constant:
             raise CellicaError(
-                f"{source}: {int(const.sum())} feature(s) are constant on the fit set, e.g. {listed}; "
+                f"{source}: {int(const.sum())} feature(s) are constant {where}, e.g. {listed}; "
                 "they carry no information and cannot be scaled: set drop_constant: true to drop them (recorded)"
             )
         log.warning("dropping %d constant feature(s), e.g. %s", int(const.sum()), listed)
