@@ -18,8 +18,8 @@ from tests.test_workflow import snakemake
 
 pytestmark = pytest.mark.e2e
 EXAMPLE = REPO / "config" / "examples" / "cellprofiler_profiles.yaml"
-# The independent reference's numbers on the same data (python benchmarks/reference_recipe.py
-# --cases bbbc021_moa_zscore,bbbc021_compound,bbbc021_moa --out tests/golden/reference_recipe.csv).
+# The independent reference's numbers on the same data (python benchmarks/reference_recipe.py --out
+# tests/golden/reference_recipe.csv; the BBBC021 cases and the simulated one, 5 seeds).
 REFERENCE = REPO / "tests" / "golden" / "reference_recipe.csv"
 
 
