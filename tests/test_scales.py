@@ -165,7 +165,11 @@ def test_mixed_units_without_scaling_warn_before_a_pca(caplog):
     assert "span 7.6 orders of magnitude" in caplog.text and "transform.standardize: controls" in caplog.text
     caplog.clear()
     make_transform("pca", TransformParams(n_components=10, **SCALED["standardize"])).fit(_features(table))
+    make_transform("pca", TransformParams(n_components=10, **SCALED["center_scale_before"])).fit(_features(table))
     assert "orders of magnitude" not in caplog.text
+    # center_scale reaches only the variants that centre batches: ZCA on raw units is warned about
+    make_transform("sphering", TransformParams(**SCALED["center_scale_before"])).fit(_features(table))
+    assert "span 7.6 orders of magnitude" in caplog.text and "the sphering step" in caplog.text
 
 
 def test_a_feature_constant_on_one_batch_s_controls_is_dropped_or_refused_under_center_scale():

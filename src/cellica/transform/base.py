@@ -152,8 +152,10 @@ class Transform(BaseEstimator):
         mean, sd = moments(rows.rows(ctrl))
         orders = spread_orders(sd, mean)
         self.info["feature_sd_orders"] = round(orders, 2)
-        p = self.params
-        scaled = p.standardize == "controls" or (p.batch_correction == "center_scale" and p.batch_stage == "before")
+        # what puts each feature on its own scale before the mixing: the global z-score, or this
+        # variant's own per-batch scaling before the whitening (sphering and ComBat have none)
+        scaled = any(s.name == "standardize" for s in self.steps) or (
+            self.params.batch_stage == "before" and any(s.name == "centre_batches" and s.scale for s in self.steps))
         if orders > UNIT_WARN_ORDERS and not scaled and any(s.name in MIXING_STEPS for s in self.steps):
             log.warning("%s: the features' control standard deviations span %.1f orders of magnitude (mixed units, "
                         "e.g. CellProfiler profiles) and nothing scales them first: the %s step will be dominated by "
