@@ -18,7 +18,7 @@ import pytest
 from cellica.cli.app import main
 from tests.conftest import REPO, TINY_SIM
 
-FAULTS = ("missing", "empty", "truncated", "flipped", "swapped", "replaced", "output")
+FAULTS = ("missing", "empty", "truncated", "flipped", "swapped", "replaced", "output", "size-limit", "label")
 SIM = [a for k, v in TINY_SIM.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 MAE = ["--depth", "1", "--epochs", "1", "--batch-size", "16", "--patch-size", "8", "--decoder-dim", "32",
        "--decoder-heads", "2"]
@@ -225,7 +225,15 @@ def _assert_read_unchanged(kind: str, victim: Path, original: Path) -> None:
     assert list(got.var_names) == list(want.var_names)
 
 
+# A label that means two things (the control label on a row not marked control) can be put into
+# features and a features table; a manifest's controls are its control_label, a tile store's metadata
+# is checked when it is written, and the other kinds carry no labels.
+LABELLED = ("features", "table (CSV)")
+
+
 def expected(stage: str, kind: str, fault: str) -> str:
+    if fault == "label" and kind not in LABELLED:
+        return "n/a"
     if (fault, kind) in NOT_APPLICABLE:
         return "n/a"
     if (fault, kind) in UNDETECTABLE:
@@ -286,11 +294,16 @@ def test_fault(stage, inp, kind, fault, runs, tmp_path, capsys, monkeypatch):
         shutil.copyfile(other, victim)
     elif fault == "replaced":
         _replace_during_read(monkeypatch, target, run_b / target.relative_to(w))
+    elif fault == "label":
+        _relabel(kind, victim)
     if fault == "output":
         if out is None:
             pytest.skip(f"{stage} writes no output")
         out = target
     argv = [out if a == "{out}" else a for a in argv]
+    if fault == "size-limit":
+        _size_limited(stage, argv, out, w, capsys)
+        return
     code, err = run(capsys, *argv)
     lines = [line for line in err.splitlines() if line.startswith("cellica ")]
     if want == "recorded" and code == 2:
@@ -306,6 +319,8 @@ def test_fault(stage, inp, kind, fault, runs, tmp_path, capsys, monkeypatch):
         assert any(n in lines[0] for n in named), lines[0]
         if fault == "replaced":
             assert "was replaced while it was being read" in lines[0], lines[0]
+        if fault == "label":
+            assert "a label means one thing" in lines[0], lines[0]
         if fault == "output":  # and the input is untouched
             assert (victim.read_bytes() if victim.is_file() else None) == before
         if out is not None and fault != "output":
@@ -314,6 +329,55 @@ def test_fault(stage, inp, kind, fault, runs, tmp_path, capsys, monkeypatch):
     assert code == 0, err[-2000:]
     if want != "undetectable":
         _check_result(stage, kind, victim, out, other)
+
+
+def _relabel(kind: str, victim: Path) -> None:
+    """The control label put on one row that is not marked control (the file otherwise valid and sealed)."""
+    if kind == "table (CSV)":
+        table = pd.read_csv(victim)
+        label = table.loc[table["is_control"], "perturbation"].iloc[0]
+        table.loc[table.index[~table["is_control"]][0], "perturbation"] = label
+        table.to_csv(victim, index=False)
+        return
+    import anndata as ad
+
+    from cellica.core.adata import seal
+
+    a = ad.read_h5ad(victim)
+    obs = a.obs.copy()
+    obs["perturbation"] = obs["perturbation"].astype(str)
+    label = obs.loc[obs["is_control"].astype(bool), "perturbation"].iloc[0]
+    obs.loc[obs.index[~obs["is_control"].astype(bool)][0], "perturbation"] = label
+    a.obs = obs
+    victim.unlink()
+    seal(a).write_h5ad(victim)
+
+
+def _size_limited(stage: str, argv: list, out: Path | None, w: Path, capsys) -> None:
+    """The output's file system refuses to grow a file past 2 KB (``ulimit -f``): h5py, pyarrow and
+    torch each report it their own way (once a segfault); the run must end in one line naming the
+    output, exit 2, and leave neither the output nor a temporary file behind."""
+    import resource
+
+    if out is None:
+        pytest.skip(f"{stage} writes no output")
+    before = {p for p in w.rglob("*")}
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, hard))
+    try:
+        code, err = run(capsys, *argv)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    from cellica.cli.parser import build_parser, paths_by_role
+
+    outputs = [Path(p) for _, p in paths_by_role(build_parser().parse_args(list(map(str, argv))))[1]]
+    lines = [line for line in err.splitlines() if line.startswith("cellica ")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err[-2000:])
+    named = outputs + ([outputs[0].parent / "checkpoints"] if stage == "train-mae" else [])  # its resume state
+    assert "File too large" in lines[0] and any(str(o) in lines[0] for o in named), lines[0]
+    assert not any(o.exists() for o in outputs), f"partial output among {outputs}"
+    left = sorted(str(p.relative_to(w)) for p in set(w.rglob("*")) - before if ".tmp-" in p.name or ".old-" in p.name)
+    assert not left, left
 
 
 def _replace_during_read(monkeypatch, store: Path, replacement: Path) -> None:

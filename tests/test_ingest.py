@@ -83,6 +83,12 @@ def test_ingest_png_8bit_with_percentile_normalisation(tmp_path):
         (lambda m, root: m.sort_values(["plate", "well", "channel"], ignore_index=True).pipe(
             lambda d: d.assign(path=d.path.where(d.index != 1, d.path.iloc[0]))),
          r"image file 'P1_A01_s1_.*' is listed more than once \(rows \[2, 3\]\)"),
+        # the same file reached under a second name (a link): still one file in two slots
+        (lambda m, root: m.sort_values(["plate", "well", "channel"], ignore_index=True).pipe(
+            lambda d: (root.joinpath("link.tif").symlink_to(root / d.path.iloc[0]),
+                       d.assign(path=d.path.where(d.index != 1, "link.tif")))[1]),
+         r"image file 'P1_A01_s1_.*' is listed more than once \(rows \[2, 3\]; one file under the names "
+         r"\['P1_A01_s1_.*', 'link.tif'\]\)"),
         # the channel rows of one field disagree on its perturbation
         (lambda m, root: m.sort_values(["plate", "well", "channel"], ignore_index=True).pipe(
             lambda d: d.assign(gene=d.gene.where(d.index != 1, "G9"))),

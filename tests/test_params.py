@@ -244,3 +244,48 @@ def test_params_classes_are_all_params():
     for classes in SECTIONS.values():
         for cls in classes:
             assert issubclass(cls, Params) and dataclasses.is_dataclass(cls)
+
+
+# ---------------------------------------------------------------------- pairs and config-time refusals
+def _pairs():
+    from cellica.config import SECTIONS
+
+    return [(section, cls, f) for section, classes in SECTIONS.items() for cls in classes
+            for f in dataclasses.fields(cls) if f.metadata.get("length") == 2]
+
+
+def test_every_pair_says_whether_it_is_a_low_high_range():
+    pairs = _pairs()
+    assert len(pairs) >= 5, pairs
+    loose = [f"{s}.{f.name}" for s, _, f in pairs if not (f.metadata.get("ordered") or f.metadata.get("unique"))]
+    assert not loose, f"pairs that are neither an ordered (low, high) range nor two distinct values: {loose}"
+
+
+@pytest.mark.parametrize("section, cls, field", [p for p in _pairs() if p[2].metadata.get("ordered")],
+                         ids=lambda v: getattr(v, "name", None) or (v if isinstance(v, str) else ""))
+def test_a_reversed_range_is_refused_naming_the_key(section, cls, field):
+    low, high = field.default
+    required = {f.name: ["a"] for f in dataclasses.fields(cls)  # e.g. ingest's channels
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    with pytest.raises(CellicaError, match=rf"{field.name}: \[{high}, {low}\] is not a \(low, high\) pair"):
+        cls(**required, **{field.name: (high, low)})
+    if field.metadata["ordered"] == "<":
+        with pytest.raises(CellicaError, match="must be below the second"):
+            cls(**required, **{field.name: (low, low)})
+
+
+def test_the_dry_run_refuses_a_tile_size_the_mae_would_refuse():
+    from cellica.embed.mae import MAEConfig
+    from cellica.plan import RunPlan
+
+    with pytest.raises(CellicaError, match="not a multiple of the patch size 7"):
+        MAEConfig(img_size=32, patch_size=7, in_chans=3).validate()  # what the training job says
+    cfg = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text())
+    cfg["mae"]["patch_size"] = 7
+    with pytest.raises(CellicaError, match=r"simulate.tile_size and mae.patch_size: the tile size 32 is not a "
+                                           r"multiple of the patch size 7"):
+        RunPlan(cfg)
+    cfg["mae"]["checkpoint"] = "given.safetensors"  # a given checkpoint brings its own patch size
+    with pytest.raises(CellicaError) as caught:
+        RunPlan(cfg)
+    assert "patch size" not in str(caught.value)

@@ -161,24 +161,19 @@ def test_the_direct_decoder_reads_what_zarr_reads(tmp_path, dtype, checksums, co
     assert direct_layout(meta) is None
 
 
-def test_a_damaged_chunk_of_a_store_without_a_manifest_is_named(tmp_path):
-    """Stores written before manifests had only the chunks' crc32c: the direct decoder checks it."""
+def test_a_store_without_a_manifest_is_refused(tmp_path):
+    """Without its manifest an index of empty entries reads as zeros and a shard of another store
+    reads as this one's: its absence cannot be told from its removal, so it is an error."""
     import json
 
     path = tmp_path / "s.zarr"
-    store = _write(path, sizes=(13,), shard=4)
+    _write(path, sizes=(13,), shard=4)
     attrs_file = path / "zarr.json"
     meta = json.loads(attrs_file.read_text())
     meta["attributes"].pop("manifest")
     attrs_file.write_text(json.dumps(meta))
-    shard = TileStore.open(path).shard_file(1)
-    data = bytearray(shard.read_bytes())
-    data[20] ^= 0xFF  # inside the first chunk's compressed bytes
-    shard.write_bytes(bytes(data))
-    store = TileStore.open(path)
-    np.testing.assert_array_equal(store.read_range(0, 4), _tiles(4))  # the other shards still read
-    with pytest.raises(CellicaError, match=r"tiles/c/1/0/0/0 \(tiles 4-7\) is damaged: .*crc32c"):
-        store.read_range(4, 8)
+    with pytest.raises(CellicaError, match=r"s.zarr: has no manifest"):
+        TileStore.open(path)
 
 
 def test_verify_checks_every_chunk_even_where_the_shard_checksum_agrees(tmp_path):
@@ -203,3 +198,61 @@ def test_verify_checks_every_chunk_even_where_the_shard_checksum_agrees(tmp_path
         store.read_range(4, 8, check_chunks=True)
     with pytest.raises(CellicaError, match="chunk 0's crc32c does not match"):
         store.verify()
+
+
+# ---------------------------------------------------------------------- every check can fail
+def _edit_zarr_json(path, edit):
+    import json
+
+    meta = json.loads(path.read_text())
+    edit(meta)
+    path.write_text(json.dumps(meta))
+
+
+def test_a_sparse_read_checks_the_shard_index_against_the_manifest(tmp_path):
+    """Two chunks' index entries exchanged, the index's own crc32c made valid again: every chunk
+    and the index are self-consistent, so only the manifest's digest of the index can tell. (It
+    was once taken over the index *with* its own crc32c: a constant for every valid index.)"""
+    import google_crc32c
+
+    from cellica.store.shards import index_size
+
+    path = tmp_path / "s.zarr"
+    store = _write(path, sizes=(64,), shard=32)
+    np.testing.assert_array_equal(store.read([0, 31]), _tiles(1, 0).tolist() + _tiles(1, 31).tolist())
+    shard = store.shard_file(0)
+    data = bytearray(shard.read_bytes())
+    tail = index_size(32)
+    entries = np.frombuffer(bytes(data[-tail:-4]), dtype="<u8").reshape(32, 2).copy()
+    entries[[0, 31]] = entries[[31, 0]]
+    body = entries.tobytes()
+    data[-tail:] = body + google_crc32c.value(body).to_bytes(4, "little")
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CellicaError, match=r"tiles/c/0/0/0/0 \(tiles 0-31\) is damaged: its index differs"):
+        TileStore.open(path).read([0, 31])
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda a: a.__setitem__("channel_names", a["channel_names"][::-1]), "channel_names"),
+    (lambda a: a.__setitem__("dtype", "uint8"), "dtype"),
+    (lambda a: a["provenance"].__setitem__("source", "ingest"), "provenance"),
+    (lambda a: a.__setitem__("note", "added"), "note"),
+])
+def test_an_edited_store_attribute_is_named_when_the_store_is_opened(tmp_path, edit, named, capsys):
+    from cellica.cli.app import main
+
+    path = tmp_path / "s.zarr"
+    _write(path, sizes=(13,), shard=4)
+    _edit_zarr_json(path / "zarr.json", lambda m: edit(m["attributes"]))
+    with pytest.raises(CellicaError, match=rf"its attribute\(s\) {named} differ from those written with it"):
+        TileStore.open(path)
+    assert main(["inspect", str(path), "--verify"]) == 2
+    assert f"attribute(s) {named} differ" in capsys.readouterr().err
+
+
+def test_edited_array_metadata_is_refused(tmp_path):
+    path = tmp_path / "s.zarr"
+    _write(path, sizes=(13,), shard=4)
+    _edit_zarr_json(path / "tiles" / "zarr.json", lambda m: m.__setitem__("fill_value", 7))
+    with pytest.raises(CellicaError, match=r"its array metadata \(tiles/zarr.json\) differs"):
+        TileStore.open(path)

@@ -466,3 +466,22 @@ def test_every_anndata_output_reads_in_scanpy_without_cellica(tiny_run):
 def test_every_number_of_the_comparisons_gene_index_and_gene_pages_equals_its_table(tiny_run):
     """The paired comparisons, the paged gene index and three gene pages, number by number."""
     check_table_numbers(tiny_run / "results", tiny_run / "reports")
+
+
+def test_a_second_run_on_the_same_results_folder_stops_before_any_job(tmp_path):
+    from tests.test_ownership import lock_held_elsewhere
+
+    with lock_held_elsewhere(tmp_path / "results") as pid:
+        run = snakemake(tmp_path)
+    assert run.returncode != 0
+    assert f"results is in use by another cellica run (process {pid} on " in run.stderr, run.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [".cellica-run.lock"]
+    assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").rglob("*.log"))
+
+
+def test_a_config_key_given_twice_stops_the_dry_run(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text(TINY.read_text() + "\ntransform:\n  n_components: 5\n")
+    run = snakemake(tmp_path, "-n", configfile=bad)
+    out = run.stdout + run.stderr  # a dry run prints to stdout
+    assert run.returncode != 0 and "c.yaml: key 'transform' is given twice in one mapping" in out, out

@@ -249,14 +249,9 @@ def config_rules(config: dict[str, Any]) -> str | None:
                 reader(path)
             except CellicaError as exc:
                 problems.append(f"config key {section}.{key}: {exc}")
-    if config["profiles"]["enabled"] and (config["source"] == "features" or config["stability"]["enabled"]):
-        problems.append("profiles.enabled measures the tiles of an image source (simulate or ingest) instead of "
-                        "training an MAE: it cannot go with source: features or stability.enabled")
-    if config["stability"]["enabled"] and config["source"] == "features":
-        problems.append("stability.enabled needs an image source (simulate or ingest): there is no MAE to train "
-                        "twice when source is 'features'")
-    if config["stability"]["enabled"] and config["mae"]["checkpoint"]:
-        problems.append("stability.enabled trains the MAE with two seeds: it cannot use mae.checkpoint")
+    from cellica.section_rules import between_sections
+
+    problems += between_sections(config)
     return "\n".join(dict.fromkeys(problems)) or None
 
 

@@ -128,6 +128,8 @@ class RunPlan:
         unless ``checked`` says it already is.
     checked : bool, default False
         Skip the checks (the config came from :func:`checked_config`).
+    configfiles : list, optional
+        Its files, read again to refuse a key given twice (:func:`cellica.core.yamlfiles.load_unique`).
 
     Raises
     ------
@@ -135,7 +137,11 @@ class RunPlan:
         The config's first problems, one line each.
     """
 
-    def __init__(self, config: dict[str, Any], checked: bool = False):
+    def __init__(self, config: dict[str, Any], checked: bool = False, configfiles: list | None = None):
+        from cellica.core.yamlfiles import load_unique
+
+        for path in configfiles or []:
+            load_unique(path)
         self.config = config if checked else checked_config(config)
         c = self.config
         self.results, self.reports = c["results_dir"], c["reports_dir"]
@@ -325,6 +331,12 @@ class RunPlan:
         from cellica.core.environment import digest, installed
 
         return digest(installed())
+
+    def hold_results(self) -> None:
+        """Hold the results folder's run lock while this process lives (:mod:`cellica.core.runlock`)."""
+        from cellica.core.runlock import hold_run_lock
+
+        hold_run_lock(self.results)
 
     def progress_hint(self) -> str:
         """Where each job's progress is, naming a log this run writes."""

@@ -18,7 +18,7 @@ from cellica.store.params import IngestParams, SimulationParams
 
 # Checked and completed in place (overrides retyped, schema, defaults, cross-key rules).
 try:
-    PLAN = RunPlan(config)
+    PLAN = RunPlan(config, configfiles=workflow.overwrite_configfiles)
 except CellicaError as exc:
     raise WorkflowError(f"invalid configuration:\n{exc}") from None
 
@@ -145,7 +145,16 @@ def log_failed_jobs(snakemake_log):
         logger.error(f"{rule} failed: {line}\n  (whole log: {path})")
 
 
+def hold_results():
+    """One run per results folder (cellica.core.runlock): a second run stops here, before any job."""
+    try:
+        PLAN.hold_results()
+    except CellicaError as exc:
+        raise WorkflowError(str(exc)) from None
+
+
 onstart:
+    hold_results()
     log_effective_config()
     log_where_progress_is()
     check_slurm_settings()

@@ -6,9 +6,11 @@ import os
 import sys
 
 from cellica.cli.commands import ReaderGone
-from cellica.cli.parser import build_parser, paths_by_role
+from cellica.cli.parser import INPUT_KINDS, WRITTEN_INTO, build_parser, paths_by_role
 from cellica.core.errors import CellicaError
+from cellica.core.kinds import check_input
 from cellica.core.logs import configure
+from cellica.core.ownership import check_owned_output
 from cellica.core.paths import check_disjoint
 
 
@@ -26,7 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     configure(ns.log_level)
     debug = ns.debug or os.environ.get("CELLICA_DEBUG", "") not in ("", "0")
     try:
-        check_disjoint(*paths_by_role(ns))  # before anything is read or written
+        inputs, outputs = paths_by_role(ns)
+        check_disjoint(inputs, outputs)  # before anything is read or written
+        for option, path in inputs:  # every input of the kind its option takes
+            check_input(option, path, INPUT_KINDS.get(option.lstrip("-").replace("-", "_"), ()))
+        for option, path in outputs:  # and no output may replace what cellica did not write
+            if not ((ns.command, option) in WRITTEN_INTO and os.path.isdir(path)):
+                check_owned_output(path)
         ns.func(ns)
     except (BrokenPipeError, ReaderGone) as exc:
         # The reader went away (e.g. `| head`): nothing more to say, and nothing to flush. After
@@ -43,8 +51,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from cellica.core.errors import describe
 
-        user_error = isinstance(exc, CellicaError | OSError)
+        user_error = isinstance(exc, CellicaError | OSError | MemoryError | RecursionError)
         hint = "" if user_error else " (internal error: please report it; --debug shows the traceback)"
+        if isinstance(exc, MemoryError):  # an input or a setting too large for this machine's memory
+            hint = (" (not enough memory: give the job more (resources: mem_mb), or a smaller input or setting; "
+                    "the command's log says what it was doing)")
+        elif isinstance(exc, RecursionError):  # a file nested deeper than its parser goes (JSON, YAML)
+            hint = " (an input is nested too deeply to read: is it the file you meant?)"
         print(f"cellica {ns.command}: error: {describe(exc)}{hint}", file=sys.stderr)
         return 2 if user_error else 1
     return 0

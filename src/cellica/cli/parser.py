@@ -8,6 +8,7 @@ import argparse
 from cellica import __version__
 from cellica.cli import commands
 from cellica.cli.options import add_dataclass_args
+from cellica.core import kinds
 
 REQ = {"required": True}
 STORE = ("--store", {"required": True, "help": "tile store (*.zarr)"})
@@ -25,11 +26,28 @@ TRUTH = ("--truth", {"default": None, "help": "a simulated screen's truth tables
 # before any command). tests/test_cli.py checks that every option of every command is classified.
 OUTPUT_OPTIONS = frozenset({"out", "model_out", "importances_out", "wells_out", "activity_out", "consistency_out",
                             "differences_out", "checkpoint_dir", "write_lock"})
+# Output folders a command writes its own files into (never replaced whole): a stranger's files beside
+# them are left alone, so only the files written are checked for ownership (when written). Every other
+# output is replaced whole and must be absent or cellica's (cellica.core.ownership).
+WRITTEN_INTO = frozenset({("qc", "--out"), ("export-truth", "--out"), ("train-mae", "--checkpoint-dir")})
 INPUT_OPTIONS = frozenset({"store", "manifest", "checkpoint", "shards", "table", "input", "apply", "features",
                            "per_gene", "importances", "batch", "activity", "truth", "recall", "recall_differences",
                            "consistency", "maps", "a", "b", "summary", "benchmarks", "config", "alignment",
                            "arm_table", "annotation_file", "position_table", "unexpressed_genes", "qc", "lock",
                            "environment"})
+
+# The kinds of object each input option takes (cellica.core.kinds): another kind is refused before any
+# work, naming both. An option not listed takes any regular file or folder (never a FIFO or a device).
+_K = kinds
+_FEATURES, _TABLE = (_K.FEATURES,), (_K.PARQUET,)
+INPUT_KINDS = {
+    "store": (_K.TILE_STORE,), "checkpoint": (_K.SAFETENSORS, _K.ZIP, _K.OTHER), "apply": (_K.ZIP,),
+    "input": _FEATURES, "shards": _FEATURES, "features": _FEATURES, "a": _FEATURES, "b": _FEATURES,
+    "maps": (_K.GENE_MAP, _K.ANNDATA), "table": (_K.FEATURES, _K.ANNDATA, _K.PARQUET, _K.OTHER),
+    "manifest": (_K.OTHER, _K.PARQUET), "truth": (_K.FOLDER, _K.PARQUET, _K.OTHER),
+    "per_gene": _TABLE, "importances": _TABLE, "batch": _TABLE, "activity": _TABLE, "summary": _TABLE,
+    "recall": _TABLE, "recall_differences": _TABLE, "consistency": _TABLE, "alignment": _TABLE,
+}
 
 
 def paths_by_role(ns: argparse.Namespace) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from cellica.core.atomic import atomic_output
-from cellica.core.contracts import as_bool
+from cellica.core.contracts import as_bool, check_labels
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.core.names import check_case_collisions
@@ -48,6 +48,7 @@ def check_obs(obs: pd.DataFrame, source: str) -> pd.DataFrame:
             raise CellicaError(f"{source}: column {col!r} has {int(obs[col].isna().sum())} empty value(s)")
         obs[col] = obs[col].astype(str)
     obs["is_control"] = as_bool(obs["is_control"], source)
+    check_labels(obs, source)
     check_case_collisions(obs["perturbation"].unique(), source)
     if not obs.index.is_unique:
         dup = obs.index[obs.index.duplicated()][:5].tolist()
@@ -156,11 +157,23 @@ def read_sealed(path: str | os.PathLike, backed: bool = False):
 
 def write_h5ad(adata, path: str | os.PathLike, overwrite: bool = True) -> Path:
     """Write an AnnData atomically (temporary file, then rename), sealed with its checksums."""
+    from cellica.core.atomic import check_room
+
     path = Path(path)
     seal(adata)
+    # HDF5 crashes the process (a segfault) when a write fails for room: refuse first, naming the file.
+    check_room(path, h5ad_size_floor(adata))
     with atomic_output(path, overwrite=overwrite) as tmp:
         adata.write_h5ad(tmp)
     return path
+
+
+def h5ad_size_floor(adata) -> int:
+    """Bytes an ``.h5ad`` of ``adata`` takes at least: its matrix, its ``obs`` and AnnData's own
+    structure (17 KB for an empty file)."""
+    x = adata.X
+    nbytes = int(getattr(x, "nbytes", 0) or (x.data.nbytes if hasattr(x, "data") else 0))
+    return nbytes + int(adata.obs.memory_usage(index=True, deep=False).sum()) + 16_000
 
 
 def read_h5ad(path: str | os.PathLike, rows: Callable[[pd.DataFrame], np.ndarray] | None = None):

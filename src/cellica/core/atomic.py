@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from cellica.core.errors import CellicaError, writing_failed
+from cellica.core.errors import CellicaError, is_write_failure, writing_failed
 from cellica.core.logs import get_logger
 
 log = get_logger("atomic")
@@ -49,6 +49,25 @@ def _hidden(path: Path, kind: str) -> Path:
     return path.with_name(f".{path.name}.{kind}")
 
 
+def check_room(path: str | os.PathLike, nbytes: int) -> None:
+    """Refuse, before writing, an output of at least ``nbytes`` that cannot fit: larger than the
+    process's file-size limit (``ulimit -f``) or than the free space of its file system. Writers
+    that crash on a failed write (HDF5: a segfault) call this first; the rest fail cleanly anyway."""
+    import resource
+
+    path = Path(path)
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if soft != resource.RLIM_INFINITY and nbytes > soft:
+        raise CellicaError(f"writing {path} failed: File too large (at least {nbytes:,} bytes, over the file size "
+                           f"limit of {soft:,}: see `ulimit -f`)")
+    parent = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
+    if parent is not None:
+        free = shutil.disk_usage(parent).free
+        if nbytes > free:
+            raise CellicaError(f"writing {path} failed: No space left on device (at least {nbytes:,} bytes, "
+                               f"{free:,} free on its file system: free space or write elsewhere)")
+
+
 def tmp_sibling(path: Path) -> Path:
     """A fresh temporary name beside ``path``.
 
@@ -56,6 +75,21 @@ def tmp_sibling(path: Path) -> Path:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     return _hidden(path, f"tmp-{uuid.uuid4().hex[:8]}")
+
+
+def missing_folders(path: Path) -> list[Path]:
+    """The folders above ``path`` that do not exist yet, deepest first: what a failed write removes
+    again (:func:`remove_if_empty`), so it leaves no trace."""
+    return [p for p in Path(path).parents if not p.exists()]
+
+
+def remove_if_empty(folders: Sequence[Path]) -> None:
+    """Remove each of ``folders`` (deepest first) that is empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty (something else was written there meanwhile), or gone
 
 
 def _leftovers(path: Path, kind: str) -> list[Path]:
@@ -145,6 +179,12 @@ def commit(tmp: Path, path: Path, overwrite: bool = True) -> None:
     if not tmp.exists():
         raise CellicaError(f"internal error: nothing was written for {path}")
     _chmod_like_umask(tmp)
+    if tmp.is_dir():
+        from cellica.core.ownership import mark_folder
+        from cellica.core.paths import is_tile_store
+
+        if not is_tile_store(tmp):  # a tile store is recognised by its own attributes
+            mark_folder(tmp, path.name)
     if path.exists() or path.is_symlink():
         if not overwrite:  # created since the check: never replace silently
             raise CellicaError(f"{path} appeared while this run was writing it; pass --overwrite to replace it")
@@ -180,7 +220,9 @@ def atomic_outputs(paths: Sequence[str | os.PathLike], overwrite: bool = False) 
     finals = [Path(p) for p in paths]
     for p in finals:  # before the lock file and any folder are made beside it
         check_output(p)
+    made = sorted({f for p in finals for f in missing_folders(p)}, key=lambda f: -len(f.parts))
     with contextlib.ExitStack() as stack:
+        stack.callback(lambda: remove_if_empty([f for f in made if not any(p.exists() for p in finals)]))
         for p in sorted(set(finals), key=str):  # one order: no deadlock between writers
             stack.enter_context(output_lock(p))
         for p in finals:
@@ -197,7 +239,7 @@ def atomic_outputs(paths: Sequence[str | os.PathLike], overwrite: bool = False) 
             if not _hidden(finals[0], "journal").exists():  # a journaled commit keeps them to roll forward
                 for t in tmps:
                     remove(t)
-            if isinstance(exc, OSError):  # a full disk or no permission: name the output, not a temporary
+            if is_write_failure(exc):  # a full disk, a size limit, no permission: name the output, not a temporary
                 raise writing_failed(finals, exc) from None
             raise
 

@@ -41,3 +41,27 @@ def held_back_mask(obs: pd.DataFrame):
         return np.ones(len(obs), dtype=bool)
     fitted = obs[FIT_COL].to_numpy(dtype=bool)
     return ~fitted if (ctrl & ~fitted).any() else np.ones(len(obs), dtype=bool)
+
+
+RESERVED_COLUMNS = ("_index",)  # AnnData's writer keeps the index under this name
+
+
+def check_labels(obs: pd.DataFrame, source: str) -> None:
+    """A label means one thing: no perturbation label on both rows marked ``is_control`` and rows not
+    marked (a control label on treated rows, or a gene's rows marked control), and no column name
+    twice or reserved by AnnData. One line naming the file, the label and how many rows of each."""
+    dup = sorted({str(c) for c in obs.columns[obs.columns.duplicated()]})
+    if dup:
+        raise CellicaError(f"{source}: column name(s) {dup} appear more than once; give each column its own name")
+    reserved = [c for c in obs.columns if str(c) in RESERVED_COLUMNS]
+    if reserved:
+        raise CellicaError(f"{source}: column name {reserved[0]!r} is reserved by AnnData (.h5ad); rename it")
+    ctrl = obs["is_control"].to_numpy(bool)
+    labels = obs["perturbation"].astype(str)
+    both = sorted(set(labels[ctrl]) & set(labels[~ctrl]))
+    if both:
+        label = both[0]
+        n_ctrl, n_other = int((labels[ctrl] == label).sum()), int((labels[~ctrl] == label).sum())
+        raise CellicaError(f"{source}: perturbation {label!r} marks {n_ctrl} control row(s) and {n_other} row(s) not "
+                           "marked is_control; a label means one thing: fix is_control or the label of those rows"
+                           + (f" ({len(both)} such labels)" if len(both) > 1 else ""))

@@ -34,7 +34,8 @@ _BOUNDS = {"ge": ("minimum", ">="), "le": ("maximum", "<="), "gt": ("exclusiveMi
 
 def param(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, item_choices=None,
           ge=None, le=None, gt=None, lt=None, length: int | None = None, min_items: int | None = None,
-          unique: bool = False, cli: bool = True, config: bool = True, same_outputs: bool = False) -> Any:
+          unique: bool = False, ordered: str | None = None, cli: bool = True, config: bool = True,
+          same_outputs: bool = False) -> Any:
     """A dataclass field with its schema.
 
     Parameters
@@ -49,6 +50,8 @@ def param(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, i
         Bounds of a number (each item's, for a list of numbers).
     length, min_items, unique
         Exact or least length of a list, and whether its items must differ.
+    ordered
+        For a (low, high) pair: ``"<="`` (low may equal high) or ``"<"`` (strictly below).
     cli
         False for a key of the workflow's config that is not an option of the stage's command.
     config
@@ -64,7 +67,7 @@ def param(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, i
     meta = {"help": help, "choices": tuple(choices) if choices is not None else None,
             "item_choices": tuple(item_choices) if item_choices is not None else None,
             "ge": ge, "le": le, "gt": gt, "lt": lt, "length": length, "min_items": min_items,
-            "unique": unique, "cli": cli, "config": config, "same_outputs": same_outputs}
+            "unique": unique, "ordered": ordered, "cli": cli, "config": config, "same_outputs": same_outputs}
     if isinstance(default, list | dict):
         return dataclasses.field(default_factory=functools.partial(copy.deepcopy, default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -169,6 +172,10 @@ def check_value(name: str, value: Any, kind: Kind, meta: typing.Mapping[str, Any
             raise CellicaError(f"{name}: values are repeated in {list(value)}; each must appear once")
         for item in value:
             _check_scalar(name, item, kind.item or "any", {**meta, "choices": meta.get("item_choices")})
+        order = meta.get("ordered")
+        if order and not (value[0] < value[1] if order == "<" else value[0] <= value[1]):
+            raise CellicaError(f"{name}: {list(value)} is not a (low, high) pair: the first value must be "
+                               f"{'below' if order == '<' else 'at most'} the second")
         return
     if kind.name == "dict":
         if not isinstance(value, dict):

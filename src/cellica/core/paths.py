@@ -1,5 +1,6 @@
 """Where an output may go: never onto, into or around an input, never inside a tile store,
-and over an existing object only when it is of the output's own kind.
+and over an existing object only when cellica wrote it (:mod:`cellica.core.ownership`) and it
+is of the output's own kind.
 
 These checks are the one gate every write passes (:func:`cellica.core.atomic.check_can_write`
 calls :func:`check_output`; the CLI calls :func:`check_disjoint` with each command's inputs and
@@ -81,7 +82,8 @@ def _kind_problem(path: Path, kind: str | None) -> str | None:
 
 
 def check_output(path: str | os.PathLike, kind: str | None = None) -> None:
-    """Refuse an output inside a tile store, or over an existing object of another kind.
+    """Refuse an output inside a tile store, or over an existing object cellica did not write
+    (:func:`cellica.core.ownership.check_owned`) or of another kind.
 
     Parameters
     ----------
@@ -97,6 +99,9 @@ def check_output(path: str | os.PathLike, kind: str | None = None) -> None:
         raise CellicaError(f"{path}: outputs are never written inside a tile store ({store}), which is "
                            "replaced whole when it is written again; choose a path outside it")
     if path.exists() or path.is_symlink():
+        from cellica.core.ownership import check_owned
+
+        check_owned(path)  # cellica's own output, or nothing at all
         problem = _kind_problem(path, kind)
         if problem:
             raise CellicaError(f"{path} exists and {problem}: cellica replaces only its own kind of output "

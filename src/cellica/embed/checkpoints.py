@@ -88,8 +88,9 @@ def read_sidecar(path: str | os.PathLike) -> dict[str, Any]:
         return {}
     try:
         meta = json.loads(side.read_text())
-    except (OSError, ValueError) as exc:
-        raise CellicaError(f"checkpoint sidecar {side} is not valid JSON ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
+        raise CellicaError(f"checkpoint sidecar {side} is not valid JSON ({type(exc).__name__}: "
+                           f"{str(exc)[:120]})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         return meta if isinstance(meta, dict) else {}
     bad = [f"{k} (expected {t.__name__})" for k, t in SIDECAR_FIELDS.items() if not isinstance(meta.get(k), t)]

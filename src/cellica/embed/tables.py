@@ -37,10 +37,17 @@ class Table:
                 self.n_rows = self._file.metadata.num_rows
             else:
                 sep = "\t" if path.name.lower().endswith((".tsv", ".tsv.gz", ".txt", ".txt.gz")) else ","
+                names = pd.read_csv(path, sep=sep, header=None, nrows=1, dtype=str).iloc[0].tolist()
                 self._frame = pd.read_csv(path, sep=sep)
+                self._frame.attrs["header"] = names  # pandas renames a repeated name (f1 -> f1.1): the file's own
                 self.header, self.n_rows = self._frame.iloc[:0], len(self._frame)
         except Exception as exc:
             raise CellicaError(f"features table {path}: cannot read ({type(exc).__name__}: {exc})") from None
+        names = self._frame.attrs["header"] if not self.parquet else self._file.schema_arrow.names
+        dup = sorted({str(n) for n in pd.Index(names)[pd.Index(names).duplicated()]})
+        if dup:  # two columns of one name: which one a step reads would be a silent choice
+            raise CellicaError(f"features table {path}: column name(s) {dup[:5]} appear more than once; give each "
+                               "column its own name")
 
     def columns(self, names: list[str]) -> pd.DataFrame:
         """Columns ``names`` (metadata) in full."""

@@ -25,7 +25,8 @@ import torch
 from cellica.core.atomic import atomic_output
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
-from cellica.embed.checkpoints import save_model
+from cellica.core.ownership import check_owned
+from cellica.embed.checkpoints import save_model, sidecar_path
 from cellica.embed.loader import TileBlocks, make_loader
 from cellica.embed.mae import MaskedAutoencoder, TileNormalizer
 from cellica.embed.params import TrainParams
@@ -88,6 +89,9 @@ def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: Tra
         The training summary (also stored in the sidecar).
     """
     p = params or TrainParams()
+    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir else Path(out).parent / "checkpoints"
+    for path in (out, sidecar_path(out), ckpt_dir / "last.pt"):  # before any work, not after an hour of training
+        check_owned(path)
     store = TileStore.open(store_path)
     if p.threads:
         torch.set_num_threads(p.threads)
@@ -107,7 +111,6 @@ def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: Tra
     total = steps_per_epoch * p.epochs
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: lr_factor(s, max(1, int(p.warmup_epochs * steps_per_epoch)), total))
-    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir else Path(out).parent / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     last = ckpt_dir / "last.pt"
     # The store's content digest is part of the set-up: a checkpoint of other data is never resumed.
@@ -193,11 +196,16 @@ def _writing(tmp: Path, final: Path):
     try:
         yield
     except RuntimeError as exc:
+        import resource
         import shutil
 
         free = shutil.disk_usage(tmp.parent).free / 1e6
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        room = f"{free:.0f} MB free on its disk" + (
+            "" if limit == resource.RLIM_INFINITY else f", files limited to {limit:,} bytes (File too large? see "
+            "`ulimit -f`)")
         raise CellicaError(f"{final}: could not write the checkpoint ({str(exc).splitlines()[0][:120]}); "
-                           f"{free:.0f} MB free on its disk") from None
+                           f"{room}") from None
 
 
 def _load_checkpoint(path: Path, device) -> dict[str, Any]:

@@ -108,12 +108,13 @@ def well_layouts(features: dict[str, Path], seed: int = 0, max_wells: int = MAX_
     """Each variant's well profiles (mean of each well's tiles) placed in 2-D (UMAP, euclidean
     as the features are; the first two PCs for few wells): how much batch structure each
     variant leaves. Beyond ``max_wells`` wells a seeded sample, the same wells for every variant."""
-    from cellica.core.adata import aggregate_wells, read_sealed
+    from cellica.core.adata import aggregate_wells, check_obs, read_sealed
 
     parts, names, total = [], None, 0
     for variant, path in features.items():
         a = read_sealed(path, backed=True)
         try:
+            check_obs(a.obs, str(path))  # the contract's metadata and label rules, naming this file
             wells = aggregate_wells(a)  # block by block: never the whole matrix in memory
         finally:
             a.file.close()

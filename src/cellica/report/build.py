@@ -12,6 +12,7 @@ from cellica.core.atomic import read_parquet
 from cellica.core.errors import CellicaError
 from cellica.core.lineage import is_source, lineage_of, merge
 from cellica.core.logs import get_logger
+from cellica.core.ownership import claim_folder
 from cellica.report.content import ReportInputs
 from cellica.report.pages import ReportBuilder
 from cellica.report.params import ReportParams
@@ -42,6 +43,19 @@ def build_report(inputs: ReportInputs, out_dir: str | os.PathLike, genes: list[s
     """
     p = params or ReportParams()
     p.validate()
+    fresh = not os.path.lexists(out_dir)
+    claim_folder(out_dir, "report")  # a folder of a stranger's files is never written into
+    try:
+        return _build(inputs, out_dir, genes, p, part, index_only)
+    except BaseException:
+        if fresh:  # this call made the folder: a failed build leaves nothing behind
+            import shutil
+
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+
+
+def _build(inputs: ReportInputs, out_dir, genes, p: ReportParams, part: int | None, index_only: bool) -> Path:
     t0 = time.perf_counter()
     builder = ReportBuilder(inputs, out_dir, page_size=p.page_size, chunks=p.chunks)
     index = Path(out_dir) / "index.html"

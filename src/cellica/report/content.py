@@ -68,8 +68,9 @@ def software_context(path: Path | None) -> dict[str, Any] | None:
     try:
         record = json.loads(Path(path).read_text())
         lines = summary_lines(record)
-    except (OSError, ValueError, KeyError) as err:
-        raise CellicaError(f"report: {path} is not a software record of cellica environment ({err})") from None
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
+        raise CellicaError(f"report: {path} is not a software record of cellica environment "
+                           f"({type(err).__name__}: {str(err)[:120]})") from None
     return {"lines": lines, "differences": record["differences"], "path": str(path),
             "packages": [(n, record["packages"][n]) for n in KEY_PACKAGES if n in record["packages"]],
             "lock_digest": record.get("lock_digest")}

@@ -36,6 +36,32 @@ PLATE_MANIFEST_COLUMNS = ("path", "plate", "well", "batch", "perturbation")
 FIELD_KEYS = ("batch", "plate", "well", "site")
 
 
+def _one_slot_per_file(df: pd.DataFrame, path) -> None:
+    """A file listed twice would fill two channels (or fields) with one image, also when it is
+    reached under two names (a link, ``a/../b``): local files are compared by identity."""
+    ident = pd.Series([_file_identity(f) for f in df["_file"]], index=df.index)
+    same_file = ident.duplicated(keep=False)
+    if same_file.any():
+        first = df[same_file].iloc[0]
+        rows = (np.flatnonzero((ident == ident[first.name]).to_numpy())[:4] + 2).tolist()
+        names = sorted(set(df.loc[ident == ident[first.name], "path"].astype(str)))
+        raise CellicaError(f"manifest {path}: image file {first['path']!r} is listed more than once (rows {rows}"
+                           + (f"; one file under the names {names[:3]}" if len(names) > 1 else "")
+                           + "); each file fills one channel of one field")
+
+
+def _file_identity(f: str) -> str:
+    """What makes two manifest paths one file: the device and inode of a local file (a link and its
+    target are one), else the path."""
+    if is_url(f):
+        return f
+    try:
+        st = os.stat(f)
+    except OSError:
+        return os.path.abspath(f)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
 def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
     """Load the manifest (a local path or an fsspec URL), apply the column map and constants,
     check the columns; each row's ``path`` is resolved against the manifest's folder."""
@@ -90,13 +116,7 @@ def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
                                f"more than once (rows {(np.flatnonzero(dup.to_numpy())[:4] + 2).tolist()})")
         return df
     df["channel"] = df["channel"].astype(str)
-    # One file, one slot: a file listed twice would fill two channels (or fields) with one image.
-    same_file = df["_file"].duplicated(keep=False)
-    if same_file.any():
-        first = df[same_file].iloc[0]
-        rows = (np.flatnonzero((df["_file"] == first["_file"]).to_numpy())[:4] + 2).tolist()
-        raise CellicaError(f"manifest {path}: image file {first['path']!r} is listed more than once (rows {rows}); "
-                           "each file fills one channel of one field")
+    _one_slot_per_file(df, path)
     # Every channel row of a field says the same of it (the field's tiles get one label).
     for col in ("perturbation", "is_control"):
         varies = df.groupby(list(FIELD_KEYS))[col].transform("nunique") > 1

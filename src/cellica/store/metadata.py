@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cellica.core.contracts import as_bool
+from cellica.core.contracts import as_bool, check_labels
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.core.names import check_case_collisions
@@ -69,6 +69,7 @@ def normalise_metadata(metadata: pd.DataFrame, source: str = "metadata") -> pd.D
     except (ValueError, TypeError) as exc:
         raise CellicaError(f"{source}: column 'site' must be integers ({exc})") from None
     out["is_control"] = as_bool(out["is_control"], source)
+    check_labels(out, source)
     check_case_collisions(out["perturbation"].unique(), source)
     return out
 

@@ -39,12 +39,12 @@ class SimulationParams(Params):
     frac_null_genes: float = param(0.2, "Fraction of genes with no effect at all.", ge=0, le=1)
     frac_weak_genes: float = param(0.3, "Fraction of genes with weak effects (the rest are strong).", ge=0, le=1)
     strong_effect: tuple[float, float] = param((2.0, 3.0), "Range of strong shifts, in standard deviations of "
-                                               "the factor.", length=2)
-    weak_effect: tuple[float, float] = param((0.7, 1.2), "Range of weak shifts.", length=2)
+                                               "the factor.", length=2, ordered="<=")
+    weak_effect: tuple[float, float] = param((0.7, 1.2), "Range of weak shifts.", length=2, ordered="<=")
     max_factors_per_gene: int = param(2, "Each affected gene moves 1..this many latent factors.", ge=1,
                                       le=N_FACTORS)
     guide_efficiency: tuple[float, float] = param((0.6, 1.0), "Range of per-guide efficiencies (multiplies the "
-                                                  "gene's shift).", length=2)
+                                                  "gene's shift).", length=2, ordered="<=")
     complexes: str | None = param(None, "Name genes after members of real CORUM complexes (from the "
                                   "efaar-benchmarking wheel): shared gives the members of a complex one factor "
                                   "effect, so the gene map has known relationships to recover; independent draws "
@@ -110,7 +110,7 @@ class IngestParams(Params):
                                   "percentiles to the full output range (recorded in the store).",
                                   choices=("percentile",))
     percentiles: tuple[float, float] = param((0.1, 99.9), "Low and high percentiles for normalize.", length=2,
-                                             ge=0, le=100)
+                                             ordered="<", ge=0, le=100)
     dtype: str = param("uint16", "Pixel type of the store.", choices=("uint8", "uint16"))
     incomplete_fields: str = param("error", "A field lacking a declared channel: stop with an error, or skip it "
                                    "(counted, logged and listed in the store's provenance).",

@@ -153,7 +153,7 @@ def direct_layout(meta: dict) -> DirectLayout | None:
 def shard_problem(data: bytes | None, shard: int, manifest: dict) -> str | None:
     """What is wrong with shard ``shard``'s bytes (``None``: missing file) against the manifest:
     absent, empty, another size or crc32c than written (damaged, or a shard of another store).
-    Stores written before manifests existed are checked for presence and emptiness only."""
+    (A store without a manifest is refused when it is opened: :func:`attributes_problem`.)"""
     import google_crc32c
 
     if data is None:
@@ -180,12 +180,14 @@ def index_problem(size: int, index: bytes, shard: int, manifest: dict) -> str | 
     its own crc32c, checked by zarr)."""
     import google_crc32c
 
-    sizes, index_crcs = manifest.get("shard_bytes"), manifest.get("shard_index_crc32c")
+    # The crc32c of the index without its own trailing crc32c: a crc over bytes that end in their
+    # own crc is one constant for every valid index, so it would check nothing.
+    sizes, index_crcs = manifest.get("shard_bytes"), manifest.get("shard_index_body_crc32c")
     if size == 0:
         return "is empty (0 bytes): the store is damaged (it would read as zeros)"
     if sizes is not None and size != sizes[shard]:
         return f"is damaged: {size} bytes where {sizes[shard]} were written (truncated, or a shard of another store)"
-    if index_crcs is not None and google_crc32c.value(index) != index_crcs[shard]:
+    if index_crcs is not None and google_crc32c.value(index[:-4]) != index_crcs[shard]:
         return ("is damaged: its index differs from the one recorded when the store was written (flipped bytes, or "
                 "a shard of another store)")
     return None
@@ -222,10 +224,45 @@ def content_digest(store: Path, n_tiles: int, shard_tiles: int) -> str:
     return h.hexdigest()
 
 
-def store_manifest(path: Path, n_tiles: int, shard_tiles: int) -> dict[str, Any]:
-    """What a reader checks: each shard file's byte count and crc32c, each table's sha256, and
-    the generation: a digest of all of them, so a store written again with other contents
-    has a new one, while the same contents (same seed) keep the same bytes."""
+def attribute_digests(attrs: dict[str, Any]) -> dict[str, str]:
+    """sha256 (16 hex digits) of each store attribute as JSON, the manifest itself excepted:
+    what :meth:`cellica.store.tilestore.TileStore.open` checks, naming an attribute edited since."""
+    import hashlib
+
+    return {k: hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()[:16]
+            for k, v in sorted(attrs.items()) if k != MANIFEST_KEY}
+
+
+def attributes_problem(attrs: dict[str, Any], array_meta: bytes) -> str | None:
+    """What is wrong with a store's attributes and array metadata against its manifest
+    (``None``: nothing). A store without a manifest is refused: its absence cannot be told from
+    its removal, and without it an index of empty entries reads as zeros. Manifests written
+    before attributes were recorded are checked for what they hold."""
+    import hashlib
+
+    manifest = attrs.get(MANIFEST_KEY)
+    if not isinstance(manifest, dict) or "shard_bytes" not in manifest:
+        return ("has no manifest (the sizes and checksums every read is checked against: removed from zarr.json, "
+                "or written by a cellica before manifests)")
+    recorded = manifest.get("attributes")
+    if recorded is not None:
+        found = attribute_digests(attrs)
+        changed = sorted(k for k in set(recorded) | set(found) if recorded.get(k) != found.get(k))
+        if changed:
+            return (f"its attribute(s) {', '.join(changed)} differ from those written with it (zarr.json was "
+                    "edited: a reordered channel list would misname every channel)")
+    array = manifest.get("array_sha256")
+    if array is not None and hashlib.sha256(array_meta).hexdigest() != array:
+        return "its array metadata (tiles/zarr.json) differs from the one written with it (edited or replaced)"
+    return None
+
+
+def store_manifest(path: Path, n_tiles: int, shard_tiles: int, attrs: dict[str, Any]) -> dict[str, Any]:
+    """What a reader checks: each shard file's byte count and crc32c and its index's crc32c,
+    each table's sha256, the array's metadata (``tiles/zarr.json``) and every store attribute
+    (``channel_names``, ``dtype``, provenance, ...), and the generation: a digest of all of
+    them, so a store written again with other contents has a new one, while the same contents
+    (same seed) keep the same bytes."""
     import hashlib
 
     import google_crc32c
@@ -236,9 +273,11 @@ def store_manifest(path: Path, n_tiles: int, shard_tiles: int) -> dict[str, Any]
         data = shard_path(path, shard).read_bytes()
         sizes.append(len(data))
         crcs.append(google_crc32c.value(data))
-        index_crcs.append(google_crc32c.value(data[-tail:]))
+        index_crcs.append(google_crc32c.value(data[-tail:-4]))
     tables = [METADATA_FILE, *(f"{GROUND_TRUTH_DIR}/{f.name}" for f in sorted((path / GROUND_TRUTH_DIR).glob("*.parquet")))]
     files = {name: hashlib.sha256((path / name).read_bytes()).hexdigest() for name in tables}
-    manifest = {"shard_bytes": sizes, "shard_crc32c": crcs, "shard_index_crc32c": index_crcs, "files": files}
+    manifest = {"shard_bytes": sizes, "shard_crc32c": crcs, "shard_index_body_crc32c": index_crcs, "files": files,
+                "array_sha256": hashlib.sha256((path / "tiles" / "zarr.json").read_bytes()).hexdigest(),
+                "attributes": attribute_digests(json.loads(json.dumps(attrs)))}
     generation = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:32]
     return {"generation": generation, **manifest}

@@ -45,6 +45,7 @@ from cellica.store.reading import VerifiedReads
 from cellica.store.shards import (
     MANIFEST_KEY,
     ShardDecoder,
+    attributes_problem,
     content_digest,
     replaced_message,
 )
@@ -110,6 +111,9 @@ class TileStore(VerifiedReads):
         found_generation = (attrs.get(MANIFEST_KEY) or {}).get("generation")
         if generation is not None and found_generation != generation:
             raise CellicaError(replaced_message(redact(path), generation, found_generation))
+        problem = attributes_problem(attrs, array_meta)
+        if problem:
+            raise CellicaError(f"{redact(path)}: {problem}; re-create the store")
         meta_path = path / METADATA_FILE
         if not meta_path.is_file():
             raise CellicaError(f"{redact(path)}: missing {METADATA_FILE}")

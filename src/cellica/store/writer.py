@@ -213,7 +213,7 @@ class TileStoreWriter:
                 # What the store holds, for anything keyed on it (e.g. resuming MAE training), and
                 # what every read is checked against (TileStore._shard_bytes, read_table).
                 self.attrs["content_sha256"] = content_digest(self.tmp, self._written, self.shard_tiles)
-                self.attrs[MANIFEST_KEY] = store_manifest(self.tmp, self._written, self.shard_tiles)
+                self.attrs[MANIFEST_KEY] = store_manifest(self.tmp, self._written, self.shard_tiles, self.attrs)
                 self.group.attrs.update(json.loads(json.dumps(self.attrs)))
                 commit(self.tmp, self.path, self.overwrite)
             except OSError as exc:

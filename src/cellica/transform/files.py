@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from cellica.core.adata import read_h5ad, seal, write_h5ad
-from cellica.core.atomic import atomic_outputs
+from cellica.core.adata import h5ad_size_floor, read_h5ad, seal, write_h5ad
+from cellica.core.atomic import atomic_outputs, check_room
 from cellica.core.errors import CellicaError
 from cellica.core.lineage import SOURCE_KEY_UNS, SOURCE_UNS, features_id
 from cellica.core.logs import get_logger
@@ -46,6 +46,7 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
     if not model_out:
         write_h5ad(result, out)
         return result
+    check_room(out, h5ad_size_floor(result))  # HDF5 crashes on a failed write: refuse first
     with atomic_outputs([out, model_out], overwrite=True) as (tmp_out, tmp_model):
         seal(result).write_h5ad(tmp_out)
         model.write(tmp_model)
