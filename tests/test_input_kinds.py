@@ -18,13 +18,13 @@ import pytest
 
 from cellica.cli.app import main
 from cellica.cli.parser import COMMANDS, INPUT_OPTIONS
-from tests.test_ownership import _argv, _subparsers
+from tests.cli_rows import command_line, subparsers
 
 
 def input_rows() -> list[tuple[str, str, str]]:
     """(command, the option as given, its dest) for every input option of every command."""
     rows = []
-    subs = _subparsers()
+    subs = subparsers()
     for name, *_ in COMMANDS:
         for action in subs[name]._actions:
             if action.dest in INPUT_OPTIONS and not isinstance(action, argparse._HelpAction):
@@ -60,7 +60,7 @@ def _samples(root: Path, tiny_store) -> dict[str, Path]:
 
 
 def _run(command: str, given: str, value: Path, w: Path, capsys) -> tuple[int, list[str], str]:
-    argv = _argv(command, given if given.startswith("-") else "\0", value, w)
+    argv = command_line(command, given if given.startswith("-") else "\0", value, w)
     if not given.startswith("-"):  # a positional: the first one given is this input
         argv[argv.index(str(w / f"in_{given}.h5ad"))] = str(value)
     code = main(argv)

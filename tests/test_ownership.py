@@ -8,7 +8,6 @@ outputs beside an output (a checkpoint's sidecar, its checkpoint folder) and the
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -19,8 +18,9 @@ import pandas as pd
 import pytest
 
 from cellica.cli.app import main
-from cellica.cli.parser import COMMANDS, OUTPUT_OPTIONS, WRITTEN_INTO, build_parser
+from cellica.cli.parser import COMMANDS, OUTPUT_OPTIONS, WRITTEN_INTO
 from cellica.core.errors import CellicaError
+from tests.cli_rows import command_line, subparsers
 
 PRECIOUS = "my notes, not cellica's\n"
 
@@ -121,43 +121,15 @@ def test_a_folder_output_is_marked_when_committed(tmp_path):
 
 
 # ---------------------------------------------------------------------- the generated matrix
-def _subparsers() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(sub.choices)
-
-
 def ownership_rows() -> list[tuple[str, str]]:
     """(command, output option) for every output option of every command in the registry."""
-    subs = _subparsers()
+    subs = subparsers()
     rows = []
     for name, *_ in COMMANDS:
         for action in subs[name]._actions:
             if action.dest in OUTPUT_OPTIONS:
                 rows.append((name, action.option_strings[0]))
     return rows
-
-
-def _argv(command: str, target_opt: str, target: Path, w: Path) -> list[str]:
-    """A command line whose every required value is a fresh path in ``w``, and ``target_opt`` is ``target``."""
-    argv = [command]
-    for action in _subparsers()[command]._actions:
-        if isinstance(action, argparse._HelpAction):
-            continue
-        given = action.option_strings[0] if action.option_strings else None
-        if given == target_opt:
-            argv += [given, str(target)]
-        elif not action.option_strings:  # a positional: an input file
-            argv.append(str(w / f"in_{action.dest}.h5ad"))
-        elif action.required:
-            if action.dest in OUTPUT_OPTIONS:
-                value = str(w / f"out_{action.dest}")
-            elif action.dest == "name":
-                value = "untrained"
-            else:
-                value = str(w / f"in_{action.dest}.h5ad")
-            argv += [given, value]
-    return argv
 
 
 ROWS = ownership_rows()
@@ -174,7 +146,7 @@ def test_no_output_replaces_what_cellica_did_not_write(command, option, what, tm
     else:
         target.mkdir()
         (target / "notes.txt").write_text(PRECIOUS)
-    code = main(_argv(command, option, target, w))
+    code = main(command_line(command, option, target, w))
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("cellica ")]
     if what == "folder" and (command, option) in WRITTEN_INTO:  # written into, never replaced whole
