@@ -18,7 +18,7 @@ import pytest
 from cellica.cli.app import main
 from tests.conftest import REPO, TINY_SIM
 
-FAULTS = ("missing", "empty", "truncated", "flipped", "swapped", "replaced", "output", "size-limit", "label")
+FAULTS = ("missing", "empty", "truncated", "flipped", "swapped", "replaced", "output", "size-limit", "label", "twin")
 SIM = [a for k, v in TINY_SIM.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 MAE = ["--depth", "1", "--epochs", "1", "--batch-size", "16", "--patch-size", "8", "--decoder-dim", "32",
        "--decoder-heads", "2"]
@@ -229,10 +229,12 @@ def _assert_read_unchanged(kind: str, victim: Path, original: Path) -> None:
 # features and a features table; a manifest's controls are its control_label, a tile store's metadata
 # is checked when it is written, and the other kinds carry no labels.
 LABELLED = ("features", "table (CSV)")
+# One sample counted twice (a row's features copied under another well): a table the user brings.
+TWINNED = ("table (CSV)",)
 
 
 def expected(stage: str, kind: str, fault: str) -> str:
-    if fault == "label" and kind not in LABELLED:
+    if (fault == "label" and kind not in LABELLED) or (fault == "twin" and kind not in TWINNED):
         return "n/a"
     if (fault, kind) in NOT_APPLICABLE:
         return "n/a"
@@ -296,6 +298,11 @@ def test_fault(stage, inp, kind, fault, runs, tmp_path, capsys, monkeypatch):
         _replace_during_read(monkeypatch, target, run_b / target.relative_to(w))
     elif fault == "label":
         _relabel(kind, victim)
+    elif fault == "twin":
+        table = pd.read_csv(victim)
+        copy = table.iloc[[-1]].copy()
+        copy["well"] = "Z99"  # a well no plate has: only its features give it away
+        pd.concat([table, copy]).to_csv(victim, index=False)
     if fault == "output":
         if out is None:
             pytest.skip(f"{stage} writes no output")
@@ -321,6 +328,8 @@ def test_fault(stage, inp, kind, fault, runs, tmp_path, capsys, monkeypatch):
             assert "was replaced while it was being read" in lines[0], lines[0]
         if fault == "label":
             assert "a label means one thing" in lines[0], lines[0]
+        if fault == "twin":
+            assert "repeat another row's features exactly" in lines[0] and "Z99" in lines[0], lines[0]
         if fault == "output":  # and the input is untouched
             assert (victim.read_bytes() if victim.is_file() else None) == before
         if out is not None and fault != "output":

@@ -99,6 +99,56 @@ def test_tiles_of_several_perturbations_per_well_aggregate_by_well_and_perturbat
     assert wells.obs["is_control"].tolist() == [False, False, True] and wells.obs["n_tiles"].tolist() == [2, 2, 2]
 
 
+def test_feature_twins_by_hand():
+    """Rows equal in every feature to an earlier row: counted, the first named with its twin; -0.0
+    is 0.0; a difference in the last bit of one feature makes two rows distinct."""
+    from cellica.embed.tables import feature_twins
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 3)).astype(np.float32)
+    x[10] = x[3]
+    x[20], x[20, 1] = x[5], -0.0
+    x[5, 1] = 0.0
+    x[30], x[30, 2] = x[7], np.nextafter(x[7, 2], np.float32(9))  # one last bit apart: distinct
+    assert feature_twins(x) == (2, 10, 3)
+    assert feature_twins(np.delete(x, [10, 20], axis=0)) == (0, -1, -1)
+    assert feature_twins(x[:1]) == (0, -1, -1)
+    # Counts by hand: n = 40 rows, a repeat whose values each occur in c_j rows is expected to match
+    # (n - 1) * prod (c_j - 1) / (n - 1) rows by chance. One feature: c - 1 >= 1, never a copy.
+    counts = np.repeat(np.arange(8.0), 5)[:, None].astype(np.float32)
+    assert feature_twins(counts) == (0, -1, -1)
+    # Two coarse features (5 levels each, 8 rows per level): 39 * (7/39) * (7/39) = 1.26 expected.
+    coarse = np.stack([np.arange(40) % 5, np.arange(40) // 8], axis=1).astype(np.float32)
+    assert feature_twins(coarse) == (0, -1, -1)
+    # Row 0 copied onto row 1, with three continuous features: column 0's value 0 is in 9 rows, column
+    # 1's in 8, each continuous value in 2: 39 * (8/39) * (7/39) * (1/39)**3 = 2.4e-5 expected.
+    twin = np.column_stack([coarse, rng.normal(size=(40, 3))]).astype(np.float32)
+    twin[1] = twin[0]
+    assert feature_twins(twin) == (1, 1, 0)
+    assert feature_twins(twin, chance=2.3e-5) == (0, -1, -1)
+    assert feature_twins(twin, chance=2.5e-5) == (1, 1, 0)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".h5ad"])
+def test_a_row_copied_under_another_well_is_refused_unless_kept(tmp_path, suffix, caplog):
+    """One sample counted twice under a new id (its features copied to another well) is an error
+    naming both ids; ``duplicate_features: keep`` keeps both and says so."""
+    t = _table().assign(**{f"f{j}": np.random.default_rng(j).normal(size=4) for j in range(6)})
+    t.loc[4] = ["P2", "B07", "W2", "taxol", False, 4, *t.iloc[1, 6:]]  # P1/A02's features under P2/B07
+    path = tmp_path / "t.csv"
+    t.to_csv(path, index=False)
+    if suffix == ".h5ad":
+        import_features(path, tmp_path / "t.h5ad", FeatureTableParams(**{**PARAMS.__dict__,
+                                                                        "duplicate_features": "keep"}))
+        path = tmp_path / "t.h5ad"
+    with pytest.raises(CellicaError, match=r"1 row\(s\) repeat another row's features exactly under other metadata, "
+                                           r"e.g. 'P2/B07/0' repeats 'P1/A02/0'; .*duplicate_features: keep"):
+        import_features(path, params=PARAMS)
+    keep = FeatureTableParams(**{**PARAMS.__dict__, "duplicate_features": "keep"})
+    assert import_features(path, params=keep).n_obs == 5
+    assert "kept as distinct samples (features.duplicate_features: keep)" in caplog.text
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_columns_read_in_groups_give_the_whole_tables_matrix(tmp_path, monkeypatch, suffix):
     """The matrix is filled a few columns at a time; duplicates and NaN are still found across groups."""

@@ -17,7 +17,6 @@ from cellica.plan import (
     config_hash,
     entity_label,
     fill_defaults,
-    missing_slurm_settings,
 )
 from cellica.registry import PAPER_VARIANTS, seeded_variants
 from tests.conftest import REPO
@@ -160,6 +159,8 @@ def test_the_progress_hint_names_a_log_this_run_writes(tmp_path):
 
 
 def test_slurm_settings_left_unset_name_each_key_and_rule():
+    from cellica.slurm import missing_slurm_settings
+
     jobs = [("transform", {"slurm_account": "SET_ME", "slurm_partition": "cpu"}, False),
             ("evaluate_chunk", {"slurm_account": "", "slurm_partition": "cpu"}, False),
             ("all", {}, True)]
@@ -182,7 +183,19 @@ def test_the_rules_only_ask_the_plan():
     text = (REPO / "workflow" / "rules" / "common.smk").read_text()
     assert "config[" not in text and "if config" not in text
     imports = [line for line in text.splitlines() if line.startswith("from cellica")]
-    assert all(line.split()[1] in ("cellica.plan", "cellica.config", "cellica.core.errors", "cellica.core.jobtimes")
+    assert all(line.split()[1] in ("cellica.plan", "cellica.slurm", "cellica.config", "cellica.core.errors",
+                                   "cellica.core.jobtimes")
                or line.split()[1].endswith(".params") for line in imports), imports
     for smk in (REPO / "workflow" / "rules").glob("*.smk"):
         assert "cellica.report" not in smk.read_text().replace("cellica.report.params", ""), smk.name
+
+
+def test_the_profile_s_unset_account_is_found_in_its_default_resources():
+    from cellica.slurm import unset_profile_settings
+
+    both = unset_profile_settings(["mem_mb=4000", "slurm_account=SET_ME", "slurm_partition='SET_ME'"])
+    assert both.startswith("slurm_account and slurm_partition still SET_ME under default-resources")
+    assert unset_profile_settings(["slurm_account=lab", "slurm_partition=SET_ME"]).startswith(
+        "slurm_partition still SET_ME")
+    assert unset_profile_settings(["slurm_account=lab", "slurm_partition=cpu"]) is None
+    assert unset_profile_settings(None) is None

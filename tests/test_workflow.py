@@ -485,3 +485,28 @@ def test_a_config_key_given_twice_stops_the_dry_run(tmp_path):
     run = snakemake(tmp_path, "-n", configfile=bad)
     out = run.stdout + run.stderr  # a dry run prints to stdout
     assert run.returncode != 0 and "c.yaml: key 'transform' is given twice in one mapping" in out, out
+
+
+def test_a_config_error_is_cellica_s_lines_without_snakemake_s_wrapper(tmp_path):
+    """The dry run of a config the embed job would refuse: exit 2, cellica's lines only (no
+    `WorkflowError in file .../common.smk` and no `File "...", line N` around them)."""
+    cfg = yaml.safe_load(TINY.read_text())
+    cfg["embed"]["shards"] = 40
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    run = snakemake(tmp_path, "-n", configfile=bad)
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out[-3000:]
+    assert "cellica: invalid configuration:\nconfig key embed.shards: 40 embedding jobs" in run.stderr, out[-3000:]
+    assert "WorkflowError" not in out and 'File "' not in out and "common.smk" not in out, out[-3000:]
+
+
+def test_the_slurm_profile_s_dry_run_warns_of_its_unset_account_before_anything_is_submitted(tmp_path):
+    run = run_snakemake("-n", "--workflow-profile", str(REPO / "workflow" / "profiles" / "slurm"),
+                        directory=tmp_path, configfile=TINY, cores=None, timeout=600)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    assert ("cellica: warning: slurm_account and slurm_partition still SET_ME under default-resources "
+            "(workflow/profiles/slurm/config.yaml or your copy): a SLURM run will stop before submitting anything"
+            in out), out[-3000:]
+    assert "This was a dry-run" in out

@@ -24,6 +24,7 @@ from cellica.config import (
     config_schema,
 )
 from cellica.core.errors import CellicaError
+from cellica.estimates import cost_warnings
 from cellica.registry import BASELINES, VARIANTS, seeded_variants
 from cellica.stability.params import AlignParams
 from cellica.transform.params import TransformParams
@@ -135,6 +136,11 @@ class RunPlan:
     ------
     CellicaError
         The config's first problems, one line each.
+
+    Attributes
+    ----------
+    warnings : list of str
+        Settings out of proportion, with the estimate (:func:`cellica.estimates.cost_warnings`).
     """
 
     def __init__(self, config: dict[str, Any], checked: bool = False, configfiles: list | None = None):
@@ -175,6 +181,7 @@ class RunPlan:
         self.stability = f"{self.results}/stability"
         self.alignment = f"{self.stability}/alignment.parquet"
         self.hash = config_hash(c)
+        self.warnings = cost_warnings(c)
 
     def wildcard_constraints(self) -> dict[str, str]:
         """The regular expression of each wildcard the rules use."""
@@ -351,30 +358,3 @@ class RunPlan:
             example = f"`tail -f {self.logs}/train_mae/{self.model_tag}.log` while the MAE trains"
         return (f"each job's progress (rate and ETA, a line every 30 s) is in its log file under {self.logs}/; "
                 f"e.g. {example}")
-
-
-def missing_slurm_settings(jobs) -> str | None:
-    """Why a SLURM run must stop before its first submission, or None.
-
-    Parameters
-    ----------
-    jobs : iterable of (str, dict, bool)
-        Each job to run: its rule's name, its resources, and whether it runs locally.
-
-    The slurm profile leaves account and partition to the user (``SET_ME``); sbatch's
-    own error would come only after the first jobs were queued.
-    """
-    missing: dict[str, set[str]] = {}
-    for rule, resources, local in jobs:
-        if local:
-            continue
-        for key in ("slurm_account", "slurm_partition"):
-            value = resources.get(key)
-            if value in (None, "", "SET_ME"):
-                missing.setdefault(f"{key} (now {value or 'unset'})", set()).add(rule)
-    if not missing:
-        return None
-    rules = sorted(set().union(*missing.values()))
-    return (f"SLURM run stopped before submitting anything: set {' and '.join(sorted(missing))} under "
-            "default-resources in workflow/profiles/slurm/config.yaml (or your copy of it), or per rule "
-            f"under set-resources; rules that would be submitted: {', '.join(rules)}. See docs/hpc.md.")

@@ -34,4 +34,6 @@ def between_sections(config: dict[str, Any]) -> list[str]:
                         f"multiple of the patch size {config['mae']['patch_size']} (the MAE's rule, MAEConfig)")
     if config["stability"]["enabled"] and config["mae"]["checkpoint"]:
         problems.append("stability.enabled trains the MAE with two seeds: it cannot use mae.checkpoint")
-    return problems
+    from cellica.estimates import shard_problem
+
+    return problems + [p for p in (shard_problem(config),) if p]

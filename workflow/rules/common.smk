@@ -1,9 +1,9 @@
 # The run plan (cellica.plan) decides everything: these names and helpers only ask it.
 import os
 import shlex
+import sys
 from pathlib import Path
 
-from snakemake.exceptions import WorkflowError
 
 from cellica.config import config_sources, provenance
 from cellica.core.errors import CellicaError
@@ -11,16 +11,30 @@ from cellica.core.jobtimes import times_text
 from cellica.embed.params import EmbedParams, FeatureTableParams, ProfileParams, TrainParams
 from cellica.evaluate.params import EvalParams
 from cellica.maps.params import MapParams
-from cellica.plan import RunPlan, missing_slurm_settings
+from cellica.plan import RunPlan
+from cellica.slurm import missing_slurm_settings, unset_profile_settings
 from cellica.report.params import ReportParams
 from cellica.store.params import IngestParams, SimulationParams
+
+
+def stop(message):
+    """End the run with cellica's own lines, exit 2: the user's problem, not Snakemake's traceback
+    (a WorkflowError would print `WorkflowError in file .../common.smk, line N` around it)."""
+    print(f"cellica: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 # Checked and completed in place (overrides retyped, schema, defaults, cross-key rules).
 try:
     PLAN = RunPlan(config, configfiles=workflow.overwrite_configfiles)
 except CellicaError as exc:
-    raise WorkflowError(f"invalid configuration:\n{exc}") from None
+    stop(f"invalid configuration:\n{exc}")
+
+# Settings whose time or memory is out of proportion, with the estimate: said before any job starts.
+DEFAULT_RESOURCES = getattr(getattr(workflow.resource_settings, "default_resources", None), "args", None)
+for line in PLAN.warnings + [unset_profile_settings(DEFAULT_RESOURCES)]:
+    if line:
+        logger.warning(f"cellica: warning: {line}")
 
 RESULTS, REPORTS, LOGS, BENCH, TILES = PLAN.results, PLAN.reports, PLAN.logs, PLAN.bench, PLAN.tiles
 MODEL_TAG, MODEL, EMB_OF, WELLS_OF = PLAN.model_tag, PLAN.model_of, PLAN.emb_of, PLAN.wells_of
@@ -111,7 +125,7 @@ def check_slurm_settings():
     problem = missing_slurm_settings(
         (job.rule.name, job.resources, job.is_local) for job in workflow.dag.needrun_jobs())
     if problem:
-        raise WorkflowError(problem)
+        stop(problem)
 
 
 def log_effective_config():
@@ -150,7 +164,7 @@ def hold_results():
     try:
         PLAN.hold_results()
     except CellicaError as exc:
-        raise WorkflowError(str(exc)) from None
+        stop(str(exc))
 
 
 onstart:

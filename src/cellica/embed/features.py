@@ -23,7 +23,14 @@ from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.core.names import missing_columns_message, natural_key
 from cellica.embed.params import FeatureTableParams
-from cellica.embed.tables import Table, fill_matrix, first_duplicate, row_hashes, sha256
+from cellica.embed.tables import (
+    Table,
+    feature_twins,
+    fill_matrix,
+    first_duplicate,
+    row_hashes,
+    sha256,
+)
 
 log = get_logger("features")
 # Plate-layout names that are metadata even when numeric and not declared.
@@ -57,12 +64,28 @@ def import_features(path: str | os.PathLike, out: str | os.PathLike | None = Non
             adata = adata[:, order].copy()
     else:
         adata = _table_to_adata(Table(path), p, path)
+    _check_twins(adata, p, path)
     log.info("read %d samples x %d features from %s (%d controls, %d batches, %d perturbations)",
              adata.n_obs, adata.n_vars, path, int(adata.obs["is_control"].sum()),
              adata.obs["batch"].nunique(), adata.obs.loc[~adata.obs["is_control"], "perturbation"].nunique())
     if out is not None:
         write_h5ad(adata, out)
     return adata
+
+
+def _check_twins(adata, p: FeatureTableParams, path: Path) -> None:
+    """Rows whose features all equal another row's (under another id) are one sample counted twice
+    unless the user says otherwise (``duplicate_features: keep``, logged): never a silent choice."""
+    n, row, twin = feature_twins(np.asarray(adata.X))
+    if not n:
+        return
+    ids = adata.obs_names
+    what = (f"features table {path}: {n} row(s) repeat another row's features exactly under other metadata, e.g. "
+            f"{ids[row]!r} repeats {ids[twin]!r}")
+    if p.duplicate_features == "refuse":
+        raise CellicaError(f"{what}; drop the copies, or set features.duplicate_features: keep if they are distinct "
+                           "samples (e.g. empty wells profiled as all zeros)")
+    log.warning("%s; kept as distinct samples (features.duplicate_features: keep)", what)
 
 
 # Names of identifiers, not measurements: pandas' saved index, row numbers, ids. An inferred

@@ -135,6 +135,9 @@ class FeatureTableParams(Params):
                                "`*_id`) are refused unless declared here or in extra_metadata.")
     id_column: str | None = param(None, "Unique sample id column, always metadata (default: plate/well, "
                                   "numbered when repeated).")
+    duplicate_features: str = param("refuse", "Rows whose features all equal another row's under other metadata "
+                                    "(a copied row given a new well or id): refuse (an error naming both) or keep "
+                                    "(logged, e.g. empty wells profiled as all zeros).", choices=("refuse", "keep"))
 
 
 # cp_measure's feature groups (cp_measure.featurizer.make_featurizer_config's flags)

@@ -108,6 +108,37 @@ def first_duplicate(table: Table, hashes: np.ndarray) -> tuple[int, int]:
     return int(dup.sum()), int(candidates[dup][0]) if dup.any() else -1
 
 
+def feature_twins(x: np.ndarray, chance: float = 1e-3) -> tuple[int, int, int]:
+    """Rows of ``x`` equal in every feature to an earlier row although a match by chance is
+    improbable: (how many, the first such row, the earlier row it repeats); ``(0, -1, -1)`` when none.
+
+    Rows are compared exactly (their bytes; ``-0.0`` is ``0.0``). A repeat counts only when the
+    number of rows expected to match it by chance, ``(n - 1) * prod_j (c_j - 1) / (n - 1)`` with
+    ``c_j`` the rows sharing its value of feature ``j`` (features taken as independent), is below
+    ``chance``: in a one-feature table of cell counts, or a few coarse integer features, equal rows
+    are expected and never count; in profiles or embeddings with continuous features a repeat is
+    a copied row."""
+    if len(x) < 2:
+        return 0, -1, -1
+    rows = np.ascontiguousarray(np.asarray(x) + np.zeros((), x.dtype))  # -0.0 -> 0.0
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first_of, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    earlier = first_of[inverse.ravel()]
+    repeats = np.flatnonzero(earlier != np.arange(len(keys)))
+    if repeats.size == 0:
+        return 0, -1, -1
+    n = len(rows)
+    log_expected = np.full(repeats.size, np.log(n - 1.0))
+    for j in range(rows.shape[1]):  # only the repeats' values are counted: cheap unless most rows repeat
+        column = np.sort(rows[:, j])
+        same = np.searchsorted(column, rows[repeats, j], "right") - np.searchsorted(column, rows[repeats, j], "left")
+        log_expected += np.log((same - 1) / (n - 1.0))
+    copies = repeats[log_expected < np.log(chance)]
+    if copies.size == 0:
+        return 0, -1, -1
+    return int(copies.size), int(copies[0]), int(earlier[copies[0]])
+
+
 def sha256(path: Path, block: int = 1 << 20) -> str:
     """The file's SHA-256, read in blocks."""
     digest = hashlib.sha256()

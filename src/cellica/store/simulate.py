@@ -204,6 +204,27 @@ def _plate_tiles(p: SimulationParams, wells: pd.DataFrame, b, renderer, effects,
     return tiles, meta
 
 
+def sample_tiles(p: SimulationParams, n: int) -> np.ndarray:
+    """``n`` control tiles rendered with the settings of ``p`` (one plate per experiment, the
+    experiments' technical effects drawn as the screen draws them): what the pixels of the screen
+    look like, without writing it (:mod:`cellica.estimates` measures its saturation).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``n`` x channels x tile x tile, uint16.
+    """
+    rng = np.random.default_rng(p.seed)
+    plates = pd.DataFrame({"batch": [f"EXP{e + 1}" for e in range(p.n_experiments)],
+                           "plate": [f"EXP{e + 1}-P1" for e in range(p.n_experiments)]})
+    batches, renderer, tiles = make_batches(p, rng, plates), Renderer(p), []
+    for k in range(n):
+        trng = np.random.default_rng([p.seed, k])
+        tiles.append(apply_batch(renderer.render(sample_factors(trng, 1)[0], trng), batches.iloc[k % len(batches)],
+                                 p, trng))
+    return np.stack(tiles)
+
+
 def simulate_screen(
     path: str | os.PathLike, params: SimulationParams | None = None, overwrite: bool = False
 ) -> TileStore:
