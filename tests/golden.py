@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 # Free text and where-it-ran columns: wording may change, numbers may not.
-TEXT_COLUMNS = {"detail", "notes", "no_split_reason", "note", "a", "b"}
+TEXT_COLUMNS = {"detail", "notes", "no_split_reason", "note", "a", "b", "sentence", "decides"}
 LIBRARIES = ("numpy", "scipy", "scikit-learn", "lightgbm", "torch", "timm", "anndata", "pandas", "scanpy")
 
 

@@ -68,6 +68,39 @@ def test_claim_fails_when_the_order_is_reversed_and_is_inconclusive_in_noise():
     assert claims.iloc[0]["verdict"] == "inconclusive"
 
 
+def test_a_claim_reads_as_a_sentence_and_the_number_that_decides_it():
+    """holds: the weakest part (largest Holm p) decides; fails: the strongest part against the
+    claim; inconclusive: the weakest part not yet significant. The numbers are the table's."""
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0.5, 0.7, 25)
+    good = _per_gene({"base": base, "pca_rand": base + 0.01, "pca": base + 0.04, "pca_ica": base + 0.08})
+    comps = compare_variants(gene_values(good), {}, 1000, 0)
+    claim = claims_table(comps).iloc[0]
+    idx = comps.set_index(["metric", "variant", "other"])
+    parts = [idx.loc[("auroc_heldout", b, w)] for b, w in (("pca_ica", "pca"), ("pca", "pca_rand"), ("pca", "base"))]
+    weakest = max(range(3), key=lambda i: parts[i]["p_holm"])
+    b, w = (("pca_ica", "pca"), ("pca", "pca_rand"), ("pca", "base"))[weakest]
+    r = parts[weakest]
+    assert claim["verdict"] == "holds"
+    assert claim["sentence"] == (f"All 3 comparisons go the claimed way, each significant after Holm correction; "
+                                 f"the weakest is {b} over {w}.")
+    assert claim["decides"] == (f"{b} \u2212 {w} = {r['value']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], "
+                                f"Holm p < 0.001")
+    worse = _per_gene({"base": base, "pca": base + 0.05, "pca_rand": base + 0.01, "pca_ica": base})
+    claim = claims_table(compare_variants(gene_values(worse), {}, 1000, 0)).iloc[0]
+    assert claim["verdict"] == "fails" and claim["sentence"] == ("pca is significantly higher than pca_ica on auroc "
+                                                                 "heldout: the opposite of the claim.")
+    assert claim["decides"].startswith("pca_ica \u2212 pca = -0.050 [")
+    assert "e-0" not in claim["detail"] and "e-0" not in claim["decides"]  # no 1e-04 beside 0.012
+
+
+def test_a_p_value_reads_in_fixed_point():
+    from cellica.evaluate.claims import p_text
+
+    assert [p_text(p) for p in (1e-12, 0.00099, 0.001, 0.0123, 0.5, float("nan"))] == [
+        "p < 0.001", "p < 0.001", "p = 0.001", "p = 0.012", "p = 0.5", "p n/a"]
+
+
 def test_sparsity_is_not_compared_across_feature_counts_and_random_splits_stay_apart():
     vals = {"base": [0.1, 0.2, 0.3, 0.4], "pca": [0.5, 0.6, 0.7, 0.8]}
     pg = _per_gene(vals, metric="sparsity", n_features={"base": 192, "pca": 16})
@@ -146,7 +179,36 @@ def test_genes_needed_by_hand_and_its_power_on_a_simulated_effect():
     assert seeds_would_help(seed_sd=0.02, n_seeds=3, sd=0.05, n=24)  # 0.0115 >= 0.5 * 0.0102
     assert not seeds_would_help(seed_sd=0.002, n_seeds=3, sd=0.05, n=24)
     note = power_note(d, s, 24, 0.002, 3, level)
-    assert note.startswith(f"about {n} genes would decide a difference of +0.02") and "would not" in note
+    assert n < 100 and note.startswith(f"about {n} genes would decide a difference of +0.02") and "would not" in note
+
+
+@pytest.mark.parametrize("n, text", [(7, "7"), (99, "99"), (100, "100"), (1234, "1,200"), (1250, "1,200"),
+                                     (411675, "410,000"), (2_000_001, "2,000,000")])
+def test_an_estimated_count_reads_as_an_estimate(n, text):
+    from cellica.evaluate.power import about
+
+    assert about(n) == text
+
+
+def test_a_comparison_identical_on_every_gene_is_not_tested_and_leaves_holm_alone():
+    """pca and a copy of it: every paired difference is 0 by construction, so the comparison is
+    "not tested" (not "inconclusive") and is not counted in the Holm family of the others."""
+    from cellica.evaluate.compare import compare_variants
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for g in range(12):
+        for v, shift in (("base", 0.0), ("pca", 0.05), ("copy", 0.05)):
+            rows.append({"variant": v, "gene": f"G{g}", "seed": 0, "metric": "auroc_heldout",
+                         "value": 0.7 + shift + (rng.normal(0, 0.01) if v != "copy" else 0.0)})
+    values = pd.DataFrame(rows)
+    values.loc[values["variant"] == "copy", "value"] = values.loc[values["variant"] == "pca", "value"].to_numpy()
+    out = compare_variants(values, {}, 200, 0, pairs=[("pca", "base"), ("pca", "copy")],
+                           metrics=("auroc_heldout",)).set_index("other")
+    assert out.loc["copy", "verdict"] == "not tested"
+    assert out.loc["copy", "detail"] == "not tested: pca and copy are identical on every gene and seed (by construction)"
+    alone = compare_variants(values, {}, 200, 0, pairs=[("pca", "base")], metrics=("auroc_heldout",))
+    assert out.loc["base", "p_holm"] == alone["p_holm"].iloc[0]
 
 
 def test_sentences_name_the_entity_and_say_why_nothing_was_compared():

@@ -197,16 +197,13 @@ def test_a_fresh_folder_deploys_the_workflow_as_a_module_and_runs_the_tiny_confi
     from tests.test_workflow import ADDITIONS
 
     dest = tmp_path / "my-screen"
-    head = _run("git", "rev-parse", "HEAD").stdout.strip()
-    deploy = _run("snakedeploy", "deploy-workflow", str(REPO), str(dest), "--commit", head, "--name", "cellica")
+    # What the user runs from a local clone (docs/deploy.md): the module path must exist as written.
+    deploy = _run("cellica", "deploy", "--out", str(dest))
     assert deploy.returncode == 0, deploy.stderr[-2000:]
     assert (dest / "config" / "config.yaml").is_file() and (dest / "config" / "README.md").is_file()
-    snakefile = dest / "workflow" / "Snakefile"
-    text = snakefile.read_text()
-    assert "module cellica:" in text and "use rule * from cellica" in text
-    # A user's file names github("cellica/cellica", ...); here the module is this checkout.
-    text = re.sub(r'snakefile:\s*\n\s*[^\n]+', f'snakefile:\n        "{REPO / "workflow" / "Snakefile"}"', text)
-    snakefile.write_text(text.replace("use rule * from cellica\n", "use rule * from cellica as cellica_*\n"))
+    text = (dest / "workflow" / "Snakefile").read_text()
+    assert "module cellica:" in text and "use rule * from cellica as cellica_*" in text
+    assert f"'{REPO / 'workflow' / 'Snakefile'}'" in text
     # The tiny config without its two optional parts, the stability runs and the baselines (three
     # more MAEs' embeddings): tests/test_workflow.py runs them; here the deployment is under test.
     config = yaml.safe_load(TINY.read_text())
@@ -232,3 +229,28 @@ def test_a_fresh_folder_deploys_the_workflow_as_a_module_and_runs_the_tiny_confi
     check_index_numbers(results, dest / "reports")
     record = json.loads((results / "environment.json").read_text())
     assert record["software_digest"] == env.digest(env.installed())
+
+
+def test_a_local_deploy_writes_a_module_path_that_exists_and_refuses_what_it_cannot_do(tmp_path):
+    """snakedeploy writes a local source's module as "workflow/Snakefile", which Snakemake reads
+    relative to the deploying folder's workflow/ (absent there); `cellica deploy` writes the
+    checkout's own path. A non-empty folder, a folder inside the checkout, a name that is no
+    identifier and a source without a workflow are each one line."""
+    from cellica.core.errors import CellicaError
+    from cellica.deploy import deploy_workflow
+
+    snakefile = deploy_workflow(tmp_path / "screen")
+    declared = re.search(r"snakefile:\s*\n\s*'([^']+)'", snakefile.read_text()).group(1)
+    assert Path(declared).is_file() and Path(declared) == REPO / "workflow" / "Snakefile"
+    assert not (snakefile.parent / "workflow" / "Snakefile").exists()  # where snakedeploy's path would point
+    assert sorted(p.name for p in (tmp_path / "screen" / "config").iterdir()) == sorted(
+        p.name for p in (REPO / "config").iterdir())
+    with pytest.raises(CellicaError, match="exists and is not an empty folder"):
+        deploy_workflow(tmp_path / "screen")
+    with pytest.raises(CellicaError, match="lies inside the checkout"):
+        deploy_workflow(REPO / "results" / "deployed-here")
+    with pytest.raises(CellicaError, match="is not a Python identifier"):
+        deploy_workflow(tmp_path / "other", name="my-screen")
+    with pytest.raises(CellicaError, match="does not exist: deploy from a source checkout"):
+        deploy_workflow(tmp_path / "other", source=tmp_path)
+    assert not (tmp_path / "other").exists() and not (REPO / "results" / "deployed-here").exists()

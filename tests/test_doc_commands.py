@@ -213,3 +213,20 @@ def test_a_failed_job_s_own_error_reaches_the_console(tmp_path):
     assert "features.column_map names missing column(s) ['Metadata_batch']" in line
     assert "did you mean 'Metadata_Batch'?" in line and "Metadata_Plate" in line
     assert f"(whole log: {tmp_path}/results/logs/import_features.log)" in out
+
+
+def test_the_readme_s_times_are_the_measured_ones():
+    """The README states the first hour's times as `benchmarks/first_hour.py` measured them from a
+    clean clone (its record, benchmarks/first_hour.json), with the machine: no time typed by hand."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("first_hour", REPO / "benchmarks" / "first_hour.py")
+    first_hour = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(first_hour)
+    record = json.loads((REPO / "benchmarks" / "first_hour.json").read_text())
+    assert {"demo", "python"} <= {k for k, v in record["steps"].items() if v["exit"] == 0}, record["steps"]
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("<!-- first-hour:start -->\n")[1].split("\n<!-- first-hour:end -->")[0]
+    assert block == first_hour.readme_text(record)
+    assert not re.search(r"about \d+ (minutes|min|seconds|s)\b", readme)  # a time not from the record

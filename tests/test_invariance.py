@@ -52,7 +52,7 @@ LEGITIMATE = {
 }
 # Free text: sentences, paths and timings (their numbers are the tables' numbers).
 TEXT = {"detail", "notes", "no_split_reason", "note", "folder", "roc_folds", "roc_mean", "by_seed",
-        "auroc_by_guide", "top_features"}
+        "auroc_by_guide", "top_features", "sentence", "decides"}
 
 
 def _config(table_path: str) -> dict:
@@ -67,11 +67,14 @@ def _config(table_path: str) -> dict:
             "maps": {"min_genes": 3, "consistency_permutations": 100, "null_pairs": 100, "n_boot": 100}}
 
 
-def _run(workdir, table: pd.DataFrame, fmt: str):
+def _run(workdir, table: pd.DataFrame, fmt: str, **sections):
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"profiles.{fmt}"
     table.to_csv(path, index=False) if fmt == "csv" else table.to_parquet(path, index=False)
-    (workdir / "config.yaml").write_text(yaml.safe_dump(_config(str(path))))
+    config = _config(str(path))
+    for section, values in sections.items():
+        config[section] = {**config.get(section, {}), **values}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     run = snakemake(workdir, configfile=workdir / "config.yaml")
     assert run.returncode == 0, run.stderr[-4000:]
     return workdir / "results"
@@ -152,3 +155,35 @@ def test_the_comparison_sees_a_changed_number(reference):
     genes = swapped["eval/pca/per_gene.parquet"]["gene"]
     swapped["eval/pca/per_gene.parquet"]["gene"] = genes.iloc[::-1].to_numpy()
     assert any(p.startswith("eval/pca/per_gene.parquet") for p in differences(before, swapped, {}))
+
+
+def test_a_screen_whose_controls_sit_on_plates_of_their_own_runs_to_the_report(tmp_path):
+    """Each week's DMSO wells moved to a plate of their own (the compounds' plates hold none): the
+    default DAG normalises the compounds' plates on their week's controls, records it in every
+    map, says so in the report, and completes evaluation, maps and report. (Before, gene_map
+    stopped the run: `plate 'Week1_P0' has 0 control well(s)`.)"""
+    import html
+
+    import anndata as ad
+
+    table = inv.screen()
+    ctrl = table[inv.META["is_control"]].astype(bool)
+    table.loc[ctrl, inv.META["plate"]] = table.loc[ctrl, inv.META["batch"]] + "_DMSO"
+    assert not table[~ctrl][inv.META["plate"]].isin(table[ctrl][inv.META["plate"]]).any()
+    # Six compounds under a recall floor of 10: the recall, an optional product, cannot be made.
+    results = _run(tmp_path, table, "csv", maps={"min_genes": 10})
+    per_gene = pd.read_parquet(results / "eval" / "pca_ica" / "per_gene.parquet")
+    assert per_gene["auroc_mean"].notna().all() and per_gene["auroc_mean"].mean() > 0.7
+    gene_plates = sorted(table[~ctrl][inv.META["plate"]].unique())
+    maps = sorted((results / "maps").glob("*.h5ad"))
+    assert len(maps) >= 4
+    for path in maps:
+        made = ad.read_h5ad(path).uns["provenance"]["map"]
+        assert made["controls_of_batch"] == {p: p.split("_")[0] for p in gene_plates}, path
+    recall = pd.read_parquet(results / "maps" / "recall.parquet")
+    note = "not computed: the map has 6 genes; recall needs at least 10 (maps.min_genes)"
+    assert set(recall["variant"]) == set(VARIANTS) and (recall["note"] == note).all()
+    index = html.unescape((tmp_path / "reports" / "index.html").read_text())
+    assert (f"{len(gene_plates)} plate(s) have too few control wells of their own and were normalised on their "
+            "batch's control wells") in index
+    assert f"Recall of known pairs {note}." in index

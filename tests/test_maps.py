@@ -121,6 +121,32 @@ def test_plate_centring_removes_plate_offsets_and_names_a_plate_without_controls
         normalize_plates(x, obs, "center")
     with pytest.raises(CellicaError, match="plate 'P1' has 1 control well"):
         normalize_plates(x, obs.assign(is_control=[True, False, True, False]), "center_scale")
+    # Controls on a plate of their own: P2 (none) is centred on its batch's controls, and says so.
+    obs = obs.assign(batch=["B1", "B1", "B1", "B1"])
+    borrowed = {}
+    np.testing.assert_allclose(normalize_plates(x, obs, "center", borrowed), [[0, 0], [2, 2], [-15, -1], [-14, 1]])
+    assert borrowed == {"P2": "B1"}
+    with pytest.raises(CellicaError, match="plate 'P2' has 0 control well\\(s\\) and its batch 'B2' 0, needs 1"):
+        normalize_plates(x, obs.assign(batch=["B1", "B1", "B2", "B2"]), "center")
+
+
+def test_a_screen_with_its_controls_on_plates_of_their_own_gets_a_map_that_says_so():
+    """Every control well on plate C of each batch, the genes on P1/P2: each gene plate is centred
+    on its batch's controls (their mean removed: a batch offset leaves the map), recorded in the
+    map's provenance at both levels."""
+    rng = np.random.default_rng(0)
+    rows, xs = [], []
+    for b, offset in (("B1", 0.0), ("B2", 5.0)):
+        for plate, genes in ((f"{b}-C", ["NTC"] * 6), (f"{b}-P1", ["G1", "G2", "G3"]), (f"{b}-P2", ["G1", "G2", "G3"])):
+            for k, g in enumerate(genes):
+                rows.append({"plate": plate, "well": f"W{k}", "batch": b, "perturbation": g, "is_control": g == "NTC",
+                             "guide": f"{g}_{plate[-1]}"})
+                xs.append(rng.normal(offset, 0.1, 4) + (np.arange(4) == int(g[-1]) if g != "NTC" else 0))
+    adata = ad.AnnData(np.array(xs, np.float32), obs=pd.DataFrame(rows, index=[f"s{i}" for i in range(len(rows))]))
+    genes, _ = gene_map(adata, FAST)
+    made = genes.uns["provenance"]["map"]
+    assert made["controls_of_batch"] == {"B1-P1": "B1", "B1-P2": "B1", "B2-P1": "B2", "B2-P2": "B2"}
+    assert np.abs(genes.X).max() < 2  # the batch offset of 5 is gone
 
 
 def test_median_and_mean_maps_agree_on_guide_counts():
@@ -131,10 +157,25 @@ def test_median_and_mean_maps_agree_on_guide_counts():
 
 
 # ------------------------------------------------------------------ bad inputs
-def test_a_map_with_fewer_genes_than_the_floor_is_refused():
+def test_a_map_with_fewer_genes_than_the_floor_is_reported_not_computed_and_the_run_goes_on(tmp_path):
+    """A pilot of 9 genes under the floor of 10: recall is an optional product, so its table says
+    "not computed: <reason>" for every variant (no number, no difference) and the report prints
+    that line where the charts would be."""
+    from cellica.report.maps import recall_bars
+
     m = gene_matrix(np.eye(9), [f"G{k}" for k in range(9)])
-    with pytest.raises(CellicaError, match="the map has 9 genes; recall needs at least 10"):
-        recall_tables({"v": m}, pd.DataFrame(columns=["source", "gene_a", "gene_b"]), FAST)
+    recall, differences = recall_tables({"v": m, "w": m}, pd.DataFrame(columns=["source", "gene_a", "gene_b"]),
+                                        FAST)
+    note = "not computed: the map has 9 genes; recall needs at least 10 (maps.min_genes)"
+    assert recall["variant"].tolist() == ["v", "w"] and (recall["note"] == note).all()
+    assert recall["recall"].isna().all() and (recall["n_pairs"] == 0).all() and differences.empty
+    from cellica.evaluate.summary import map_rows
+
+    # The summary reads them as it reads computed ones.
+    rows = map_rows(recall, differences, pd.DataFrame(columns=["variant", "consistent"]))
+    assert rows.loc[rows["metric"] == "recall", "value"].isna().all() and len(rows) == 4
+    recall.to_parquet(tmp_path / "recall.parquet")
+    assert recall_bars(tmp_path / "recall.parquet", ["v", "w"]) == ([], f"Recall of known pairs {note}.")
 
 
 def test_gene_names_differing_only_by_case_are_refused():

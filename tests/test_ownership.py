@@ -203,17 +203,6 @@ def test_a_folder_written_into_keeps_a_stranger_s_files_beside_its_own(tmp_path,
     assert (out / "effects.parquet").read_text() == PRECIOUS
 
 
-def test_a_report_is_never_written_into_a_stranger_s_folder(tmp_path):
-    from cellica.report.build import build_report
-
-    mine = tmp_path / "site"
-    mine.mkdir()
-    (mine / "index.html").write_text(PRECIOUS)
-    with pytest.raises(CellicaError, match="site exists and is a folder cellica did not write"):
-        build_report(None, mine)
-    assert (mine / "index.html").read_text() == PRECIOUS
-
-
 @contextlib.contextmanager
 def lock_held_elsewhere(results: Path):
     """Another process holding the run lock of ``results`` (as a running workflow does); yields its pid."""

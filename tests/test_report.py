@@ -1,3 +1,4 @@
+import html
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -271,3 +272,103 @@ def test_a_recall_source_with_nothing_to_recall_is_one_line_not_a_chart(tmp_path
     charts, note = recall_bars(tmp_path / "r.parquet", ["pca", "pca_ica"])
     assert len(charts) == 1 and "CORUM: recall of 10 known pairs" in charts[0]
     assert note.startswith("No chart for SIGNOR: none of its known pairs has both members in the map")
+
+
+def test_a_no_split_flag_names_its_feature_set_and_marks_only_genes_whose_variants_failed(eval_outputs, tmp_path):
+    """The cell_count baseline (one feature) made no split for every gene and pca none for one:
+    the index marks only that gene red, naming pca; the baseline's flag is muted and named; each
+    gene page says which set, with the evaluation's reason, in its first lines."""
+    paths = {"per_gene": dict(eval_outputs.per_gene), "importances": dict(eval_outputs.importances),
+             "features": dict(eval_outputs.features)}
+    base = pd.read_parquet(eval_outputs.per_gene["base"])
+    flagged = UNSAFE[0]  # the gene with an effect: its variants split
+    (tmp_path / "cell_count").mkdir()
+    (tmp_path / "pca").mkdir()
+    base.assign(variant="cell_count", no_split=True, no_split_reason="one feature, min_data_in_leaf=20").to_parquet(
+        tmp_path / "cell_count" / "per_gene.parquet")
+    pca = pd.read_parquet(eval_outputs.per_gene["pca"])
+    assert not pca.loc[pca["gene"] == flagged, "no_split"].any() and not base.loc[base["gene"] == flagged,
+                                                                                   "no_split"].any()
+    pca.loc[pca["gene"] == flagged, ["no_split", "no_split_reason"]] = [True, "every leaf below min_data_in_leaf"]
+    pca.to_parquet(tmp_path / "pca" / "per_gene.parquet")
+    paths["per_gene"].update(cell_count=tmp_path / "cell_count" / "per_gene.parquet",
+                             pca=tmp_path / "pca" / "per_gene.parquet")
+    paths["importances"]["cell_count"] = eval_outputs.importances["base"]
+    paths["features"]["cell_count"] = eval_outputs.features["base"]
+    index = build_report(ReportInputs(**{**eval_outputs.__dict__, **paths}), tmp_path / "reports")
+    rows = index.read_text().split('<table id="genes">')[1].split("</tbody>")[0].split("<tr>")[2:]
+    assert len(rows) == len(UNSAFE)
+    both = pd.concat([base, pca])
+    for row in rows:
+        gene = next(g for g in UNSAFE if ">" + html.escape(g) + "</a>" in row)
+        failed = [v for v in ("base", "pca") if both.loc[(both["gene"] == gene) & (both["variant"] == v),
+                                                         "no_split"].any()]
+        assert '<span class="muted" title="no classifier of these baselines made a split' in row
+        assert "(no split: cell_count)" in row
+        red = ('<span class="warn" title="no classifier of these variants made a split: AUROC 0.5 by construction">'
+               f"(no split: {', '.join(failed)})</span>")
+        assert (red in row) == bool(failed) and row.count('class="warn"') == bool(failed), row
+        assert (gene == flagged) <= (failed == ["pca"])
+    pages = sorted((tmp_path / "reports" / "genes").rglob("*.html"))
+    page = next(p.read_text() for p in pages if f"<h1>{html.escape(flagged)}</h1>" in p.read_text())
+    head = page.split("<h2>")[0]  # the lines above the first table
+    assert ('<span class="warn">No split in pca: no classifier made a single split, so its AUROC is 0.5 by '
+            "construction: every leaf below min_data_in_leaf.</span>") in head
+    assert ('<span class="muted">No split in cell_count (a baseline): no classifier made a single split, so its AUROC '
+            "is 0.5 by construction: one feature, min_data_in_leaf=20.</span>") in head
+
+
+def test_no_chart_text_is_clipped_in_a_browser(tmp_path):
+    """A 45-character feature name and a long title: the bar chart cuts the name with an ellipsis
+    (whole in its tooltip) and widens for the title; Chromium finds no text outside the chart, and
+    none drawn over another. (The chart before this check let both run off its edges.)"""
+    from cellica.report.svg import bar_chart
+    from tests.browser_checks import layout
+
+    name = "Cells_RadialDistribution_FracAtD_Mito_4of4_x9"
+    svg = bar_chart([name, "short"], [1.0, 0.25], "pca_ica: top-20 importances (of 384), max = 1; a longer caption "
+                    "than the chart is wide", bar_h=12, intervals=[(0.9, 1.0), (0.1, 0.4)], reference=0.5,
+                    reference_label="chance")
+    assert f"<title>{name}</title>{name[:29]}\u2026</text>" in svg
+    page = tmp_path / "chart.html"
+    page.write_text(f"<!doctype html><html><body>{svg}</body></html>")
+    seen = layout(page, tmp_path)
+    assert seen["clipped"] == [] and seen["overlaps"] == [], seen
+
+
+def test_a_metric_with_a_target_is_best_closest_to_it():
+    """A batch silhouette of 0 means batches mixed: -0.02 beats 0.05 (lower would pick -0.30), and the
+    row says "closer to 0 is better", not "lower is better"."""
+    from cellica.registry import METRICS, VARIANT_NAMES
+
+    three = list(VARIANT_NAMES[:3])  # base, pca, pca_ica
+    means = pd.DataFrame({"metric": "silhouette", "variant": three, "value": [0.05, -0.30, -0.02],
+                          "ci_low": np.nan, "ci_high": np.nan, "detail": ""}).set_index(["metric", "variant"])
+    from cellica.report.charts import metric_row
+
+    row = metric_row("silhouette", "Batch silhouette", False, means, three, {}, None)
+    assert row["direction"] == "closer to 0 is better" == METRICS["silhouette"].direction
+    assert [c["best"] for c in row["cells"]] == [False, False, True]
+    assert METRICS["batch_accuracy"].direction == "lower is better"
+
+
+def test_a_report_is_written_into_a_folder_beside_a_stranger_s_files(eval_outputs, tmp_path):
+    """The repository's own reports/ holds its README.md: the demo's report is written beside it,
+    keeping it (a fresh clone's `snakemake --cores 2` stopped here once). A page name that holds a
+    stranger's file is refused, and so is a file or a link where the folder should be."""
+    site = tmp_path / "reports"
+    site.mkdir()
+    (site / "README.md").write_text("what this folder is for")
+    index = build_report(eval_outputs, site)
+    assert index.is_file() and (site / "README.md").read_text() == "what this folder is for"
+    index.unlink()
+    index.write_text("my own page")
+    with pytest.raises(CellicaError, match="index.html exists and is a file cellica did not write"):
+        build_report(eval_outputs, site)
+    assert index.read_text() == "my own page"
+    (tmp_path / "notes").write_text("x")
+    with pytest.raises(CellicaError, match="notes exists and is a file cellica did not write"):
+        build_report(eval_outputs, tmp_path / "notes")
+    (tmp_path / "elsewhere").symlink_to(site)
+    with pytest.raises(CellicaError, match="elsewhere exists and is a link cellica did not write"):
+        build_report(eval_outputs, tmp_path / "elsewhere")

@@ -29,6 +29,9 @@ def snakemake(workdir: Path, *args: str, configfile: Path = TINY, env: dict | No
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("wf")
+    # As in a fresh clone, whose reports/ holds the repository's README.md beside the report.
+    (workdir / "reports").mkdir()
+    shutil.copyfile(REPO / "reports" / "README.md", workdir / "reports" / "README.md")
     run = snakemake(workdir)
     assert run.returncode == 0, run.stderr[-4000:]
     (workdir / "run.log").write_text(run.stderr)
@@ -84,6 +87,11 @@ def test_dag_transforms_every_variant(tiny_run):
     emb.obs["transform_fit"] = fitted.obs["transform_fit"]  # the same controls give the batch statistics
     reapplied = Transform.load(res / "features" / "pca_ica.npz").transform(emb)
     np.testing.assert_allclose(reapplied.X, fitted.X, rtol=1e-4, atol=1e-4)
+
+
+def test_the_report_is_written_beside_the_repository_s_own_reports_readme(tiny_run):
+    assert (tiny_run / "reports" / "README.md").read_bytes() == (REPO / "reports" / "README.md").read_bytes()
+    assert (tiny_run / "reports" / "index.html").is_file()
 
 
 def test_dag_evaluates_and_reports(tiny_run):
@@ -510,3 +518,34 @@ def test_the_slurm_profile_s_dry_run_warns_of_its_unset_account_before_anything_
             "(workflow/profiles/slurm/config.yaml or your copy): a SLURM run will stop before submitting anything"
             in out), out[-3000:]
     assert "This was a dry-run" in out
+
+
+def test_the_report_reads_right_in_a_browser(tiny_run, tmp_path):
+    """Every page of the tiny run's report, laid out by headless Chromium at 1400 px: no chart text
+    clipped or drawn over another, no text cut by its box; each feature set in one colour of its
+    own on every page; every chart of an estimate with its intervals and its chance/null line; a
+    no-split flag names its feature sets, and a gene page's flags sit in the first screen."""
+    import re
+
+    import pandas as pd
+
+    from tests.browser_checks import charts_without_intervals, layout, set_colours
+
+    reports = tiny_run / "reports"
+    pages = [reports / "index.html", *sorted((reports / "gene_index").glob("*.html")),
+             *sorted(p for p in (reports / "genes").rglob("*.html") if p.name != "index.html")]
+    sets = sorted(set(pd.read_parquet(tiny_run / "results" / "eval" / "summary.parquet")["variant"].dropna()))
+    assert len(pages) >= 6 and len(sets) >= 7
+    for page in pages:
+        seen = layout(page, tmp_path)
+        assert seen["clipped"] == [] and seen["overlaps"] == [] and seen["boxes"] == [], (page.name, seen)
+        if page.parent.parent.name == "genes":
+            flags = [w for w in seen["warnings"] if w["text"].startswith("No split in ")]
+            assert all(w["top"] < 900 and w["right"] <= 1400 for w in flags), (page.name, flags)
+        assert charts_without_intervals(page) == [], page.name
+        for named in re.findall(r"\(no split: ([^)]+)\)", page.read_text()):
+            assert set(named.split(", ")) <= set(sets), named
+    colours = set_colours(pages, sets)
+    drawn = {s: c for s, c in colours.items() if c}
+    assert len(drawn) >= 7 and all(len(c) == 1 for c in drawn.values()), colours
+    assert len({next(iter(c)) for c in drawn.values()}) == len(drawn), colours  # no two sets share one

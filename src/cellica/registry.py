@@ -131,6 +131,14 @@ class Metric:
     column: str | None = None  # per-gene metrics: the per-gene table's column (mean over genes)
     compared: bool = False  # paired differences between variants (bootstrap CI, Wilcoxon, Holm)
     short: str = ""  # its row label in the README's demo table (none: not shown there)
+    target: float | None = None  # better is closer to this (a batch silhouette's 0), not lower or higher
+
+    @property
+    def direction(self) -> str:
+        """What a reader is told is better."""
+        if self.target is not None:
+            return f"closer to {self.target:g} is better"
+        return {True: "higher is better", False: "lower is better", None: ""}[self.higher_is_better]
 
     def text(self, entity: str = "gene") -> str:
         """The label with the entity's name (upper case first when the label starts with it)."""
@@ -161,7 +169,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("batch_accuracy_lgbm", "Batch classifier balanced accuracy, LightGBM (controls)", False, "batch",
            short="batch accuracy, LightGBM"),
     Metric("chance_accuracy", "... chance level", None, "batch", short="... chance"),
-    Metric("silhouette", "Batch silhouette (controls)", False, "batch"),
+    Metric("silhouette", "Batch silhouette (controls)", False, "batch", target=0.0),
     Metric("knn_mixing", "kNN batch mixing (1 = mixed)", True, "batch", short="kNN batch mixing"),
     Metric("recall", "{entity} map: recall of known relationships (all sources)", True, "map"),
     Metric("recall_null", "... recall expected by chance", None, "map"),

@@ -8,6 +8,7 @@ Heavy libraries (torch, scanpy, lightgbm) are imported inside the commands, so
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from cellica.cli.options import dataclass_from_args as params_of
 from cellica.core.errors import CellicaError
@@ -208,6 +209,14 @@ def environment(ns: argparse.Namespace) -> None:
     if ns.check and not record["matches_lock"]:
         raise CellicaError("the environment departs from the lock: " + ("; ".join(record["differences"][:5]) or
                            "no lock file (set CELLICA_LOCK or run from a source checkout)"))
+
+
+def deploy(ns: argparse.Namespace) -> None:
+    from cellica.deploy import deploy_workflow
+
+    snakefile = deploy_workflow(ns.out, ns.name)
+    show(f"deployed: {snakefile} declares this checkout's workflow as module {ns.name!r}; put your config in "
+         f"{Path(ns.out) / 'config' / 'config.yaml'} and run `snakemake --cores 2` in {ns.out}")
 
 
 def schema(ns: argparse.Namespace) -> None:

@@ -29,7 +29,8 @@ OUTPUT_OPTIONS = frozenset({"out", "model_out", "importances_out", "wells_out", 
 # Output folders a command writes its own files into (never replaced whole): a stranger's files beside
 # them are left alone, so only the files written are checked for ownership (when written). Every other
 # output is replaced whole and must be absent or cellica's (cellica.core.ownership).
-WRITTEN_INTO = frozenset({("qc", "--out"), ("export-truth", "--out"), ("train-mae", "--checkpoint-dir")})
+WRITTEN_INTO = frozenset({("qc", "--out"), ("export-truth", "--out"), ("train-mae", "--checkpoint-dir"),
+                          ("report", "--out")})
 INPUT_OPTIONS = frozenset({"store", "manifest", "checkpoint", "shards", "table", "input", "apply", "features",
                            "per_gene", "importances", "batch", "activity", "truth", "recall", "recall_differences",
                            "consistency", "maps", "a", "b", "summary", "benchmarks", "config", "alignment",
@@ -209,6 +210,11 @@ COMMANDS = [
       ("--write-lock", {"default": None, "help": "write this environment as a new lock file (requirements.lock)"}),
       ("--check", {"action": "store_true", "help": "exit with status 2 unless every installed package is at the "
                    "lock's version (the container's build and CI run this)"})],
+     None),
+    ("deploy", "a folder of its own that runs this checkout's workflow as a Snakemake module (docs/deploy.md)",
+     commands.deploy,
+     [("--out", {**REQ, "help": "the folder to deploy into (absent or empty): its workflow/Snakefile and config/"}),
+      ("--name", {"default": "cellica", "help": "the module's name (its rules are NAME_*)"})],
      None),
     ("schema", "print (or write) the workflow's config schema, generated from the parameter classes",
      commands.schema, [("--out", {"default": None, "help": "file to write (workflow/schemas/config.schema.yaml)"}),

@@ -15,10 +15,6 @@ from cellica.registry import BASELINES, BATCH_CLAIM, CLAIM_WINNER, CLAIMS, RECAL
 log = get_logger("compare")
 
 
-
-
-
-
 def claims_table(comparisons: pd.DataFrame, batch: pd.DataFrame | None = None,
                  baseline_comparisons: pd.DataFrame | None = None, baselines=()) -> pd.DataFrame:
     """The paper's claims, each ``holds`` / ``fails`` / ``inconclusive`` / ``not tested``, with the numbers.
@@ -50,13 +46,51 @@ def claims_table(comparisons: pd.DataFrame, batch: pd.DataFrame | None = None,
             verdict = "inconclusive"
         else:
             verdict = "not tested"
-        row = {"claim": claim.name, "verdict": verdict, "detail": "; ".join(parts) + _seed_text(per_seed)}
+        row = {"claim": claim.name, "verdict": verdict, "detail": "; ".join(parts) + _seed_text(per_seed),
+               **_in_a_sentence(claim, idx, verdict, parts)}
         if baselines:
             row["baselines"], text = beats_baselines(claim, baseline_comparisons, baselines)
             row["detail"] += f"; baselines: {text}"
         rows.append(row)
     rows.append({**_batch_claim(batch), **({"baselines": "n/a"} if baselines else {})})
     return pd.DataFrame(rows)
+
+
+def p_text(p: float) -> str:
+    """A p-value as a table shows it: ``p < 0.001`` below a thousandth, else two significant digits
+    in fixed point (never ``1e-04`` beside ``0.012``)."""
+    if not np.isfinite(p):
+        return "p n/a"
+    return "p < 0.001" if p < 0.001 else f"p = {p:.2g}"
+
+
+def _decisive(better: str, worse: str, r) -> str:
+    return (f"{better} \u2212 {worse} = {r['value']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], "
+            f"Holm {p_text(r['p_holm'])}")
+
+
+def _in_a_sentence(claim: Claim, idx: pd.DataFrame, verdict: str, parts: list[str]) -> dict[str, str]:
+    """The claim read in 30 seconds: one sentence, and the one comparison that decides the
+    verdict (holds: the weakest of its parts, the largest Holm p; fails: the strongest part
+    against it; inconclusive: the weakest part not yet significant)."""
+    found = [(m, b, w, idx.loc[(m, b, w)]) for m, b, w in claim.parts if (m, b, w) in idx.index
+             and idx.loc[(m, b, w)]["verdict"] != "not tested"]
+    if verdict == "not tested" or not found:
+        return {"sentence": "Not tested: " + "; ".join(parts) + ".", "decides": ""}
+    k = len(claim.parts)
+    if verdict == "holds":
+        m, b, w, r = max(found, key=lambda f: f[3]["p_holm"])
+        every = "The comparison goes" if k == 1 else f"All {k} comparisons go"
+        return {"sentence": f"{every} the claimed way, each significant after Holm correction; the weakest is "
+                            f"{b} over {w}.", "decides": _decisive(b, w, r)}
+    if verdict == "fails":
+        m, b, w, r = min((f for f in found if f[3]["verdict"] == "lower"), key=lambda f: f[3]["p_holm"])
+        return {"sentence": f"{w} is significantly higher than {b} on {m.replace('_', ' ')}: the opposite of the "
+                            "claim.", "decides": _decisive(b, w, r)}
+    m, b, w, r = max((f for f in found if f[3]["verdict"] != "higher"), key=lambda f: f[3]["p_holm"])
+    settled = sum(f[3]["verdict"] == "higher" for f in found)
+    return {"sentence": f"{settled} of {k} comparisons are significant the claimed way; {b} over {w} is not "
+                        "settled either way.", "decides": _decisive(b, w, r)}
 
 
 def beats_baselines(claim: Claim, comparisons: pd.DataFrame, baselines) -> tuple[str, str]:
@@ -99,8 +133,8 @@ def _seed_text(per_seed: list[dict[str, float]]) -> str:
 def _part_text(better: str, worse: str, r) -> str:
     if r["verdict"] == "not tested":
         return f"{better} > {worse}: {r['detail'] or 'not tested'}"
-    text = (f"{better} - {worse} = {r['value']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}], "
-            f"n={int(r['n'])}, Holm p={r['p_holm']:.2g} ({r['verdict']})")
+    text = (f"{better} - {worse} = {r['value']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], "
+            f"n={int(r['n'])}, Holm {p_text(r['p_holm'])} ({r['verdict']})")
     power = r.get("power", "") if hasattr(r, "get") else ""
     return f"{text}: {power}" if isinstance(power, str) and power else text
 
@@ -109,7 +143,8 @@ def _batch_claim(batch: pd.DataFrame | None) -> dict:
     """Holds when each batch classifier's interval on pca_ica lies below base's, fails when above."""
     name = BATCH_CLAIM
     if batch is None or batch.empty or not {"base", "pca_ica"} <= set(batch["variant"]):
-        return {"claim": name, "verdict": "not tested", "detail": "needs the base and pca_ica batch metrics"}
+        return {"claim": name, "verdict": "not tested", "detail": "needs the base and pca_ica batch metrics",
+                "sentence": "Not tested: it needs the base and pca_ica batch metrics.", "decides": ""}
     b = batch.set_index("variant")
     verdicts, parts = [], []
     for col in ("batch_accuracy", "batch_accuracy_lgbm"):
@@ -122,9 +157,14 @@ def _batch_claim(batch: pd.DataFrame | None) -> dict:
         parts.append(f"{col}: pca_ica {b.loc['pca_ica', col]:.3f} [{lo_i:.3f}, {hi_i:.3f}] vs base "
                      f"{b.loc['base', col]:.3f} [{lo_b:.3f}, {hi_b:.3f}] (chance {b.loc['base', 'chance_accuracy']:.3f})")
     if not verdicts:
-        return {"claim": name, "verdict": "not tested", "detail": "no batch classifier could be cross-validated"}
+        return {"claim": name, "verdict": "not tested", "detail": "no batch classifier could be cross-validated",
+                "sentence": "Not tested: no batch classifier could be cross-validated.", "decides": ""}
     verdict = "holds" if all(v == "holds" for v in verdicts) else "fails" if "fails" in verdicts else "inconclusive"
-    return {"claim": name, "verdict": verdict, "detail": "; ".join(parts) + " (95% bootstrap intervals over controls)"}
+    sentence = {"holds": "pca_ica's batch classifiers are less accurate than base's: less batch information is left.",
+                "fails": "pca_ica's batch classifiers are more accurate than base's: more batch information is left.",
+                "inconclusive": "The batch classifiers' 95% intervals on pca_ica and base overlap."}[verdict]
+    return {"claim": name, "verdict": verdict, "detail": "; ".join(parts) + " (95% bootstrap intervals over controls)",
+            "sentence": sentence, "decides": parts[verdicts.index(verdict) if verdict in verdicts else 0]}
 
 
 def recall_claim(differences: pd.DataFrame, entity: str = "gene") -> dict:
@@ -153,6 +193,15 @@ def recall_claim(differences: pd.DataFrame, entity: str = "gene") -> dict:
         # rotation are orthogonal maps of the same whitened space: equal by construction.
         return {"claim": name, "verdict": "not tested",
                 "detail": "identical by construction: cosine similarities are invariant to the rotation that "
-                          "separates PCA, PCA+ICA and PCA+Rand (" + "; ".join(parts) + ")"}
+                          "separates PCA, PCA+ICA and PCA+Rand (" + "; ".join(parts) + ")",
+                "sentence": "Not tested: the three maps are identical by construction (cosine similarity does not "
+                            "change under the rotation that separates them).", "decides": ""}
     why = f" (95% intervals, {entity}s resampled)" if verdicts else ""
-    return {"claim": name, "verdict": verdict, "detail": "; ".join(parts) + why}
+    sentence = {"holds": "pca_ica's map recalls more known pairs than pca's and pca_rand's.",
+                "fails": "pca_ica's map recalls fewer known pairs than another's.",
+                "inconclusive": "The recall differences' 95% intervals include 0.",
+                "not tested": "Not tested: " + "; ".join(parts) + "."}[verdict]
+    decisive = [p for p, v in zip([p for p in parts if "not compared" not in p], verdicts, strict=True)
+                if v == {"holds": "higher", "fails": "lower"}.get(verdict, "inconclusive")]
+    return {"claim": name, "verdict": verdict, "detail": "; ".join(parts) + why, "sentence": sentence,
+            "decides": decisive[0] if decisive else ""}

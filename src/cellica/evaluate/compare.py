@@ -208,6 +208,9 @@ def _paired(m: pd.DataFrame, a: str, b: str, n_boot: int, seed: int, entity: str
         return {"detail": f"no {entity} scored by both"}
     diff = (wide[a] - wide[b]).rename("d").reset_index()
     per_gene = diff.groupby("gene")["d"].mean()
+    if (diff["d"] == 0).all():  # equal on every gene and seed: nothing to test (not "inconclusive")
+        return {"n": int(per_gene.size), "value": 0.0,
+                "detail": f"not tested: {a} and {b} are identical on every {entity} and seed (by construction)"}
     by_seed = diff.groupby("seed")["d"].mean()
     out = {"n": int(per_gene.size), "seed_sd": _seed_sd(by_seed), "seeds_positive": int((by_seed > 0).sum()),
            "diff_sd": float(per_gene.std(ddof=1)) if per_gene.size > 1 else np.nan,

@@ -41,6 +41,15 @@ def seeds_would_help(seed_sd: float, n_seeds: int, sd: float, n: int) -> bool:
     return seed_sd / math.sqrt(n_seeds) >= 0.5 * sd / math.sqrt(n)
 
 
+def about(n: int) -> str:
+    """A count for a sentence, to two significant digits with thousands separators (411675 ->
+    ``410,000``; 37 -> ``37``): an estimate should not read as exact."""
+    if n < 100:
+        return str(int(n))
+    digits = len(str(int(n))) - 2
+    return f"{int(round(n, -digits)):,}"
+
+
 def power_note(diff: float, sd: float, n: int, seed_sd: float, n_seeds: int, level: float,
                entity: str = "gene") -> str:
     """One sentence for an inconclusive comparison: the genes (``entity``: what the
@@ -50,5 +59,5 @@ def power_note(diff: float, sd: float, n: int, seed_sd: float, n_seeds: int, lev
         return f"no estimate of the {entity}s needed (no difference or no spread)"
     more = "more seeds would help" if seeds_would_help(seed_sd, n_seeds, sd, n) else \
         f"more seeds would not (seed noise is small beside the {entity}-to-{entity} spread)"
-    return (f"about {need} {entity}s would decide a difference of {diff:+.3g} (per-{entity} sd {sd:.3g}) at "
+    return (f"about {about(need)} {entity}s would decide a difference of {diff:+.3g} (per-{entity} sd {sd:.3g}) at "
             f"{POWER:.0%} power at the Holm level {level:.2g}, against {n} now; {more}")

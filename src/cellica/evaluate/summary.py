@@ -18,7 +18,7 @@ log = get_logger("compare")
 
 
 SUMMARY_COLUMNS = ["table", "row", "variant", "metric", "value", "ci_low", "ci_high", "n", "seed_sd", "p_value",
-                   "p_holm", "verdict", "detail", "baselines"]
+                   "p_holm", "verdict", "detail", "baselines", "sentence", "decides"]
 
 
 def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.DataFrame, n_boot: int = 2000,
@@ -71,7 +71,7 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
     for c in ("value", "ci_low", "ci_high", "seed_sd", "p_value", "p_holm"):
         out[c] = out[c].astype(float)
     out["n"] = out["n"].fillna(0).astype(int)
-    for c in ("row", "variant", "metric", "verdict", "detail", "baselines"):
+    for c in ("row", "variant", "metric", "verdict", "detail", "baselines", "sentence", "decides"):
         out[c] = out[c].fillna("").astype(str)
     return out
 

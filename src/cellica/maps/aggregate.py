@@ -37,12 +37,17 @@ def group_profiles(x: np.ndarray, obs: pd.DataFrame, keys: list[str], how: str) 
     return out, group_obs.reset_index(drop=True)
 
 
-def normalize_plates(x: np.ndarray, obs: pd.DataFrame, how: str | None) -> np.ndarray:
+def normalize_plates(x: np.ndarray, obs: pd.DataFrame, how: str | None,
+                     borrowed: dict[str, str] | None = None) -> np.ndarray:
     """Well profiles minus their plate's control-well mean (``center``), also divided by the
-    control-well standard deviation (``center_scale``); a plate without control wells, or with
-    one only under ``center_scale``, is an error naming it.
+    control-well standard deviation (``center_scale``).
 
-    Under ``center_scale`` a feature whose control wells on a plate do not vary (judged on that
+    A plate with too few control wells of its own (none; one under ``center_scale``) is
+    normalised on the control wells of its whole batch, as screens whose controls sit on plates
+    of their own need: each such plate is logged and recorded in ``borrowed`` (plate -> batch).
+    A batch without enough control wells either is an error naming the plate and its batch.
+
+    Under ``center_scale`` a feature whose reference controls do not vary (judged on that
     feature's own magnitude, :func:`cellica.core.scales.constant`, never against another
     feature) has no unit to express it in: it is zeroed on that plate (it adds nothing to the
     map's similarities), and the log says how many such (plate, feature) pairs there were."""
@@ -50,12 +55,28 @@ def normalize_plates(x: np.ndarray, obs: pd.DataFrame, how: str | None) -> np.nd
         return x
     x = np.array(x, np.float64)
     ctrl = obs["is_control"].to_numpy(bool)
-    zeroed = 0
+    need = 2 if how == "center_scale" else 1
+    batches = obs["batch"].astype(str).to_numpy() if "batch" in obs else None
+    references = []
     for plate, rows in obs.groupby("plate", sort=False).indices.items():
-        ref = x[rows[ctrl[rows]]]
-        need = 2 if how == "center_scale" else 1
+        ref = rows[ctrl[rows]]
         if len(ref) < need:
-            raise CellicaError(f"maps.normalize={how}: plate {plate!r} has {len(ref)} control well(s), needs {need}")
+            batch = None if batches is None else batches[rows[0]]
+            pool = np.flatnonzero(ctrl & (batches == batch)) if batch is not None else ref
+            if len(pool) < need:
+                where = f" and its batch {batch!r} {len(pool)}" if batch is not None else ""
+                raise CellicaError(f"maps.normalize={how}: plate {plate!r} has {len(ref)} control well(s){where}, "
+                                   f"needs {need}")
+            if borrowed is not None:
+                borrowed[str(plate)] = str(batch)
+            ref = pool
+        references.append((rows, x[ref]))  # the references before any plate is normalised
+    if borrowed:
+        log.warning("maps.normalize=%s: %d plate(s) with too few control wells of their own normalised on their "
+                    "batch's control wells: %s", how, len(borrowed),
+                    ", ".join(f"{p} ({b})" for p, b in list(borrowed.items())[:10]))
+    zeroed = 0
+    for rows, ref in references:
         mean, sd = moments(ref, ddof=1 if how == "center_scale" else 0)
         x[rows] -= mean
         if how == "center_scale":
@@ -91,7 +112,8 @@ def guide_profiles(adata, p: MapParams | None = None):
     else:
         obs = adata.obs.reset_index(drop=True)
         x, wells = group_profiles(adata.X, obs, [*WELL_KEYS, "perturbation"], p.aggregate)
-    x = normalize_plates(x, wells, p.normalize)
+    borrowed: dict[str, str] = {}
+    x = normalize_plates(x, wells, p.normalize, borrowed)
     keep = ~wells["is_control"].to_numpy(bool)
     x, wells = x[keep], wells[keep].reset_index(drop=True)
     if not len(wells):
@@ -106,7 +128,7 @@ def guide_profiles(adata, p: MapParams | None = None):
     gx, guides = group_profiles(x, wells[["perturbation", "guide", "n_tiles"]], ["perturbation", "guide"], p.aggregate)
     tiles = wells.groupby(["perturbation", "guide"], sort=False)["n_tiles"].sum().to_numpy()
     guides = guides[["perturbation", "guide"]].assign(n_wells=guides["n_rows"], n_tiles=tiles)
-    return _map_adata(gx, guides, adata, "guide", p)
+    return _map_adata(gx, guides, adata, "guide", p, borrowed)
 
 
 def gene_profiles(guides, p: MapParams | None = None, drop: list[str] | None = None):
@@ -118,17 +140,22 @@ def gene_profiles(guides, p: MapParams | None = None, drop: list[str] | None = N
     x, genes = group_profiles(np.asarray(guides.X)[keep], obs[["perturbation"]], ["perturbation"], p.aggregate)
     sums = obs.groupby("perturbation", sort=False)[["n_wells", "n_tiles"]].sum().to_numpy()
     genes = genes.assign(n_guides=genes["n_rows"], n_wells=sums[:, 0], n_tiles=sums[:, 1])
-    return _map_adata(x, genes[["perturbation", "n_guides", "n_wells", "n_tiles"]], guides, "gene", p)
+    borrowed = dict(guides.uns.get("provenance", {}).get("map", {}).get("controls_of_batch", {}))
+    return _map_adata(x, genes[["perturbation", "n_guides", "n_wells", "n_tiles"]], guides, "gene", p, borrowed)
 
 
-def _map_adata(x: np.ndarray, obs: pd.DataFrame, source, level: str, p: MapParams):
-    """A map AnnData: obs indexed by the profile's name; provenance says how it was made."""
+def _map_adata(x: np.ndarray, obs: pd.DataFrame, source, level: str, p: MapParams,
+               borrowed: dict[str, str] | None = None):
+    """A map AnnData: obs indexed by the profile's name; provenance says how it was made (and
+    which plates were normalised on their batch's controls, ``controls_of_batch``)."""
     import anndata as ad
 
     obs = obs.copy()
     obs.index = pd.Index((obs["guide"] if level == "guide" else obs["perturbation"]).to_numpy(), dtype=str)
-    uns = {"provenance": {**dict(source.uns.get("provenance", {})),
-                          "map": {"level": level, "aggregate": p.aggregate, "normalize": p.normalize}}}
+    made = {"level": level, "aggregate": p.aggregate, "normalize": p.normalize}
+    if borrowed:
+        made["controls_of_batch"] = dict(borrowed)
+    uns = {"provenance": {**dict(source.uns.get("provenance", {})), "map": made}}
     if "transform" in source.uns:  # which variant the map is of
         uns["transform"] = source.uns["transform"]
     var = pd.DataFrame(index=pd.Index(source.var_names, dtype=str))

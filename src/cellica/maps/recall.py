@@ -122,6 +122,17 @@ def recall_tables(maps: dict, pairs: pd.DataFrame, p: MapParams | None = None,
     p = p or MapParams()
     p.validate()
     genes = _common_genes(maps, p)
+    if len(genes) < p.min_genes:  # an optional product: said, never the end of the run
+        note = (f"not computed: the map has {len(genes)} genes; recall needs at least {p.min_genes} "
+                "(maps.min_genes)")
+        log.warning("recall %s", note)
+        recall = pd.DataFrame([{"variant": v, "source": ALL, "n_pairs": 0, "n_genes": len(genes), "note": note}
+                               for v in maps], columns=[*RECALL_COLUMNS, "note"])
+        numbers = [c for c in RECALL_COLUMNS if c not in ("variant", "source", "n_pairs", "n_genes")]
+        recall[numbers] = recall[numbers].astype(float)
+        differences = pd.DataFrame({c: pd.Series(dtype=str if c in ("variant", "baseline", "source") else
+                                                 int if c == "n_pairs" else float) for c in DIFF_COLUMNS})
+        return recall, differences
     index = known_pair_index(pairs, genes, sources)
     ni, nj = random_pairs(len(genes), p.null_pairs, np.random.default_rng(p.seed))
     hits, rows = {}, []
@@ -150,9 +161,6 @@ def _common_genes(maps: dict, p: MapParams) -> list[str]:
         if set(g) != set(genes):
             raise CellicaError(f"recall: maps {first!r} and {v!r} hold different genes "
                                f"(e.g. {sorted(set(g) ^ set(genes))[0]!r})")
-    if len(genes) < p.min_genes:
-        raise CellicaError(f"recall: the map has {len(genes)} genes; recall needs at least {p.min_genes} "
-                           "(maps.min_genes; maps.enabled: false leaves the gene maps out)")
     return sorted(genes)
 
 

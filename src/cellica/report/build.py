@@ -44,7 +44,11 @@ def build_report(inputs: ReportInputs, out_dir: str | os.PathLike, genes: list[s
     p = params or ReportParams()
     p.validate()
     fresh = not os.path.lexists(out_dir)
-    claim_folder(out_dir, "report")  # a folder of a stranger's files is never written into
+    if fresh or not os.path.isdir(out_dir) or os.path.islink(out_dir):
+        claim_folder(out_dir, "report")  # a stranger's file or link there is refused
+    # An existing folder is written into, as the repository's own reports/ (its README.md): a
+    # stranger's files there are kept, and each page is checked when written (never replaced
+    # unless cellica wrote it: cellica.core.ownership).
     try:
         return _build(inputs, out_dir, genes, p, part, index_only)
     except BaseException:

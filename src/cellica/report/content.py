@@ -32,8 +32,7 @@ MISSED_AUROC = 0.6  # a simulated strong effect that no variant detects above th
 FEATURE_COLOR = "#555b6e"  # importance bars: features, not variants, so not a variant colour
 
 
-DIRECTION = {True: "higher is better", False: "lower is better", None: ""}
-CLAIM_COLUMNS = ("row", "verdict", "baselines", "detail")  # the index's claims table (baselines: when run)
+CLAIM_COLUMNS = ("row", "verdict", "baselines", "sentence", "decides", "detail")  # the index's claims table (baselines: when run)
 
 
 @dataclass
@@ -135,8 +134,10 @@ def transform_diagnostics(features: dict[str, Path]) -> list[dict[str, Any]]:
 def split_words(split: str, entity: str) -> dict[str, str]:
     """What a gene page says of the split its classifiers used (the table's ``split``)."""
     if split == "batch":
-        return {"auroc": "AUROC on held-out batches", "caption": "Held-out-batch AUROC per variant (mean over folds).",
+        return {"auroc": "AUROC on held-out batches", "caption": "Held-out-batch AUROC per variant: mean over folds, whiskers "
+                                                                   "\u00b11 SD over folds; dashed: chance (0.5).",
                 "fold": "each held-out batch's fold"}
     return {"auroc": "AUROC on a stratified random split",
             "caption": f"AUROC per variant on a stratified random split (this {entity} was seen in one batch, so no "
-                       "batch could be held out), mean over folds.", "fold": "each random fold"}
+                       "batch could be held out): mean over folds, whiskers \u00b11 SD over folds; dashed: chance "
+                       "(0.5).", "fold": "each random fold"}

@@ -13,7 +13,7 @@ import pandas as pd
 
 from cellica.core.atomic import read_parquet
 from cellica.core.logs import get_logger
-from cellica.report.svg import bar_chart, heatmap, scatter
+from cellica.report.svg import bar_chart, heatmap, scatter, set_colour
 
 log = get_logger("report")
 MAX_PLATES = 8  # plates drawn (the first, in order); the rest are counted
@@ -116,9 +116,16 @@ def control_intensity(table: pd.DataFrame) -> dict[str, Any]:
 
 
 def recall_bars(path: Path, variants: list[str]) -> tuple[list[str], str]:
-    """Recall of known pairs per variant, one chart per source, its null in the title; and one
-    line naming the sources that have no known pair in the map (no chart of n/a for them)."""
+    """Recall of known pairs per variant, one chart per source on one shared axis, each bar with
+    its 95% interval over pairs and the source's null recall as a dashed line (so a source of 4
+    pairs shows its wide interval beside one of 400); and one line naming the sources that have
+    no known pair in the map (no chart of n/a for them)."""
     t = read_parquet(path, "recall table")
+    notes = t["note"].dropna().unique() if "note" in t else []
+    if len(notes):  # the stage could not compute it, and said why
+        return [], f"Recall of known pairs {notes[0]}."
+    values = t[[c for c in ("recall", "ci_low", "ci_high", "null_recall") if c in t]].to_numpy(float)
+    top = float(np.nanmax(values)) if np.isfinite(values).any() else 1.0
     charts, empty = [], []
     for source, g in t.groupby("source", sort=False):
         g = g.set_index("variant").loc[[v for v in variants if v in set(g["variant"])]]
@@ -127,8 +134,33 @@ def recall_bars(path: Path, variants: list[str]) -> tuple[list[str], str]:
         if not np.isfinite(g["recall"].astype(float)).any():
             empty.append(str(source))
             continue
-        title = f"{source}: recall of {int(g['n_pairs'].iloc[0])} known pairs (null {g['null_recall'].iloc[0]:.2f})"
-        charts.append(bar_chart(list(g.index), g["recall"].tolist(), title, vmax=max(1e-9, float(g["recall"].max()))))
+        null = float(g["null_recall"].median())
+        title = f"{source}: recall of {int(g['n_pairs'].iloc[0])} known pairs, 95% interval (null {null:.2f})"
+        intervals = list(zip(g.get("ci_low", g["recall"] * np.nan).astype(float),
+                             g.get("ci_high", g["recall"] * np.nan).astype(float), strict=True))
+        charts.append(bar_chart(list(g.index), g["recall"].astype(float).tolist(), title, vmax=max(1e-9, top),
+                                colors=[set_colour(v) for v in g.index], intervals=intervals, reference=null,
+                                reference_label="null"))
     note = (f"No chart for {', '.join(empty)}: none of {'its' if len(empty) == 1 else 'their'} known pairs has both "
             "members in the map, so there is nothing to recall." if empty else "")
     return charts, note
+
+
+def borrowed_controls_note(maps: dict[str, Path]) -> str:
+    """One line when the maps normalised plates on their batch's control wells (plates without
+    controls of their own, as the gene-map stage recorded in each map's provenance); else ''."""
+    import h5py
+
+    borrowed: dict[str, str] = {}
+    for path in maps.values():
+        with h5py.File(path, "r") as f:
+            group = f.get("uns/provenance/map/controls_of_batch")
+            if group is not None:
+                borrowed.update({k: v[()].decode() if isinstance(v[()], bytes) else str(v[()])
+                                 for k, v in group.items()})
+    if not borrowed:
+        return ""
+    shown = ", ".join(f"{p} ({b})" for p, b in sorted(borrowed.items())[:8])
+    more = f" and {len(borrowed) - 8} more" if len(borrowed) > 8 else ""
+    return (f"{len(borrowed)} plate(s) have too few control wells of their own and were normalised on their batch's "
+            f"control wells (plate (batch)): {shown}{more}. Plate effects within a batch stay in their maps.")

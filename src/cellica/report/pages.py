@@ -8,7 +8,6 @@ and gene names become file names only through :func:`cellica.names.safe_filename
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -25,11 +24,10 @@ from cellica.core.jobtimes import stage_times
 from cellica.core.logs import get_logger, progress
 from cellica.core.names import safe_filename
 from cellica.registry import METRICS, sentence
+from cellica.report.charts import ci_chart, gene_charts, importance_bars, metric_row
 from cellica.report.content import (
     CLAIM_COLUMNS,
     COUNT_METRICS,
-    DIRECTION,
-    FEATURE_COLOR,
     VARIANT_METRICS,
     ReportInputs,
     _env,
@@ -41,9 +39,15 @@ from cellica.report.content import (
     split_words,
     transform_diagnostics,
 )
-from cellica.report.paging import INDEX_COLUMNS, gene_rows, page_links, write_gene_index
+from cellica.report.paging import (
+    INDEX_COLUMNS,
+    gene_rows,
+    no_split_notes,
+    page_links,
+    write_gene_index,
+)
 from cellica.report.sections import guide_table, sample_counts, truth_section
-from cellica.report.svg import PALETTE, bar_chart, line_chart, scatter
+from cellica.report.svg import scatter
 
 log = get_logger("report")
 
@@ -90,7 +94,7 @@ class ReportBuilder:
                                                                                 values="value")
         n_features = counts.loc["n_features"].to_dict() if "n_features" in counts.index else {}
         ref = n_features.get("pca_ica", n_features.get("pca"))
-        metric_rows = [self._metric_row(metric, METRICS[metric].text(entity), higher, means, variants, n_features, ref)
+        metric_rows = [metric_row(metric, METRICS[metric].text(entity), higher, means, variants, n_features, ref)
                        for metric, (_, higher) in VARIANT_METRICS.items()
                        if metric in means.index.get_level_values(0)]
         count_rows = [{"label": sentence(label.format(entity=entity)),
@@ -101,7 +105,7 @@ class ReportBuilder:
         # A chart per metric with a value to draw (no held-out AUROC: the random split's instead).
         drawn = means["value"].dropna().index.get_level_values(0)
         auroc = "auroc_heldout" if "auroc_heldout" in drawn else "auroc_random_split"
-        charts = [self._ci_chart(metric, means, variants, entity) for metric in (auroc, "sparsity", "concentration",
+        charts = [ci_chart(metric, means, variants, entity) for metric in (auroc, "sparsity", "concentration",
                                                                                  "recall") if metric in drawn]
         return {"variants": variants, "gene_variants": self.variants, "metric_rows": metric_rows,
                 "count_rows": count_rows, "gene_rows": rows[:self.page_size], "charts": charts, "entity": entity,
@@ -115,42 +119,6 @@ class ReportBuilder:
                 "prov": self.provenance, "n_genes": len(self.genes), "alignment": self._alignment(),
                 "gene_maps": self._gene_maps(), "software": software_context(self.inp.environment)}
 
-    @staticmethod
-    def _metric_row(metric, label, higher, means, variants, n_features, ref) -> dict[str, Any]:
-        """One row of the per-variant table: value [95% CI], every best value in bold (ties
-        alike), sparsity of variants with another feature count marked not comparable."""
-        vals, cells = {}, []
-        for v in variants:
-            if (metric, v) not in means.index:
-                cells.append({"text": "n/a", "best": False, "title": ""})
-                continue
-            r = means.loc[(metric, v)]
-            comparable = not (metric == "sparsity" and ref is not None and n_features.get(v) != ref)
-            if comparable:
-                vals[v] = round(float(r["value"]), 3)
-            note = "" if comparable else f"not comparable: {int(n_features.get(v, 0))} features vs {int(ref)}"
-            cells.append({"text": _with_ci(r["value"], r["ci_low"], r["ci_high"]) + (" †" if note else ""),
-                          "best": v, "title": note or str(r.get("detail", ""))})
-        finite = [x for x in vals.values() if x == x]
-        best = (max(finite) if higher else min(finite)) if finite and higher is not None else None
-        for c in cells:
-            c["best"] = best is not None and c["best"] in vals and vals[c["best"]] == best
-        return {"metric": metric, "label": label, "direction": DIRECTION[higher], "cells": cells}
-
-    @staticmethod
-    def _ci_chart(metric, means, variants, entity: str) -> str:
-        vs = [v for v in variants if (metric, v) in means.index]
-        vals = [float(means.loc[(metric, v), "value"]) for v in vs]
-        finite = [x for x in vals if x == x] or [1.0]
-        lo = min(0.0, min(finite))  # bars start at 0: their lengths compare as the values do
-        title = METRICS[metric].text(entity).split(" (")[0] + f" (mean over {entity}s)"
-        if metric == "recall":  # known pairs of the maps, with what chance alone recalls
-            null = [float(means.loc[("recall_null", v), "value"]) for v in vs if ("recall_null", v) in means.index]
-            title = sentence(f"{entity} map: recall of known pairs") + (f" (null {null[0]:.2f})" if null else "")
-        chance = {"reference": 0.5, "reference_label": "chance"} if metric.startswith("auroc") else {}
-        return bar_chart(vs, vals, title, vmin=lo, vmax=max(1.0 if metric != "concentration" else 0.5, max(finite)),
-                         **chance)
-
     def _comparisons(self) -> list[dict[str, Any]]:
         c = self.summary[self.summary["table"] == "comparison"]
         return [{"metric": r.metric, "pair": r.row, "n": int(r.n), "diff": _with_ci(r.value, r.ci_low, r.ci_high),
@@ -162,6 +130,7 @@ class ReportBuilder:
         plate layout (the qc tables): drawn here, computed by the stages that wrote them."""
         from cellica.qc.files import read_qc
         from cellica.report.maps import (
+            borrowed_controls_note,
             control_intensity,
             map_umaps,
             plate_heatmaps,
@@ -178,6 +147,7 @@ class ReportBuilder:
             layouts = layouts.sort_values("variant", key=lambda v: v.map(rank), kind="stable")
         return {"umaps": map_umaps(maps, self.inp.store, entity=self.inp.entity) if maps else [], "recall": recall,
                 "recall_note": recall_note, "wells": well_umaps(layouts) if layouts is not None else [],
+                "controls_note": borrowed_controls_note(maps),
                 "layout": plate_heatmaps(qc["plate_wells"], qc["position_offsets"]) if "plate_wells" in qc else None,
                 "intensity": control_intensity(qc["control_intensity"]) if "control_intensity" in qc else None}
 
@@ -295,57 +265,19 @@ class ReportBuilder:
                                      if isinstance(x, str) and x)} for v in variants]
         guides = guide_table(rows, variants)
         split = split_words(str(first.get("split", "batch")), self.inp.entity)
-        charts = self._gene_charts(rows, variants, split["auroc"])
-        importance = self._importance_bars(rows, variants, imps, gene)
+        charts = gene_charts(rows, variants, split["auroc"])
+        importance = importance_bars(rows, variants, imps, gene)
         embeddings = [{"variant": v, "svg": self._embedding_plot(features[v], imps[v][gene], gene, v)}
                       for v in variants if v in features and gene in imps.get(v, {})]
         counts = sample_counts(features, gene)
         truth = truth_section(effects, gene, rows, variants)
         return {"gene": gene, "table": table, "guides_table": guides, "entity": self.inp.entity, "split": split,
-                "no_split": bool(rows["no_split"].any()) if "no_split" in rows else False,
+                "no_split": no_split_notes(rows, variants),
                 "seed": int(self.seeds[0]), "n_seeds": len(self.seeds), "charts": charts, "importance": importance, "embeddings": embeddings,
                 "counts": counts, "guides": first.get("guides", ""), "batches": first.get("batches", ""),
                 "n_samples": int(first.get("n_samples", 0)), "skipped": first.get("skipped", ""),
                 "thumbs": self._thumbnails(store, gene) if store is not None else {}, "truth": truth,
                 "prov": self.provenance, "sources": {v: str(p) for v, p in self.inp.per_gene.items()}}
-
-    @staticmethod
-    def _gene_charts(rows: pd.DataFrame, variants: list[str], auroc_title: str) -> dict[str, str]:
-        """The gene's AUROC bars and its per-fold ROC curves with their vertical mean."""
-        curves = {v: json.loads(rows.loc[v]["roc_folds"]) for v in variants
-                  if isinstance(rows.loc[v].get("roc_folds"), str) and rows.loc[v]["roc_folds"] != "[]"}
-        mean_curves, folds = {}, []
-        for i, (v, cs) in enumerate(curves.items()):
-            # the vertical mean over folds, as the evaluation stored it (roc_mean)
-            stored = rows.loc[v].get("roc_mean")
-            fpr, tpr = (np.asarray(c, float) for c in json.loads(stored if isinstance(stored, str) else "[[], []]"))
-            if tpr.size and np.isfinite(tpr).all():
-                mean_curves[f"{v} ({_fmt(rows.loc[v].get('auroc_mean'))})"] = (fpr.tolist(), tpr.tolist())
-                folds += [(f, t, PALETTE[i % len(PALETTE)]) for f, t in cs if len(f) > 1]
-        charts = {
-            "auroc": bar_chart(variants, [float(rows.loc[v].get("auroc_mean", np.nan)) for v in variants],
-                               auroc_title, reference=0.5, reference_label="chance"),
-            "roc": line_chart(mean_curves, "ROC per fold (thin) and their vertical mean (bold)", background=folds)
-            if mean_curves else "",
-        }
-        return charts
-
-    @staticmethod
-    def _importance_bars(rows: pd.DataFrame, variants: list[str], imps, gene: str) -> list[dict[str, Any]]:
-        """The top-20 importances of the gene's classifiers, per variant."""
-        importance = []
-        for v in variants:
-            if v in imps and gene in imps[v]:
-                vals = imps[v][gene].sort_values("importance", ascending=False)
-                if len(vals) and vals["importance"].max() > 0:
-                    top = vals.head(20)
-                    norm = top["importance"] / vals["importance"].max()
-                    importance.append({"variant": v, "sparsity": _fmt(rows.loc[v].get("sparsity")),
-                                       "concentration": _fmt(rows.loc[v].get("concentration")),
-                                       "svg": bar_chart(top["feature"].astype(str).tolist(), norm.tolist(),
-                                                        f"{v}: top-20 importances (of {len(vals)}), max = 1", bar_h=12,
-                                                        color=FEATURE_COLOR)})
-        return importance
 
     def _first_seed(self, table: pd.DataFrame) -> pd.DataFrame:
         """The rows of the seed the pages show (tables without seeds are one seed)."""

@@ -24,7 +24,7 @@ def gene_rows(per_gene: pd.DataFrame, genes: list[str], variants: list[str], lin
     auc = per_gene.pivot_table(index="gene", columns="variant", values="auroc_mean")
     sp = per_gene.pivot_table(index="gene", columns="variant", values="sparsity")
     meta = per_gene.drop_duplicates("gene").set_index("gene")
-    no_split = per_gene.groupby("gene")["no_split"].any() if "no_split" in per_gene else {}
+    flags = no_split_sets(per_gene)
     rows = []
     for g in genes:
         a = [auc.loc[g, v] if g in auc.index and v in auc.columns else float("nan") for v in variants]
@@ -32,11 +32,38 @@ def gene_rows(per_gene: pd.DataFrame, genes: list[str], variants: list[str], lin
         rows.append({
             "gene": g, "link": links[g], "n": int(meta.loc[g, "n_samples"]), "batches": meta.loc[g, "batches"],
             "skipped": meta.loc[g, "skipped"], "split": meta.loc[g].get("split", ""),
-            "no_split": bool(no_split.get(g, False)) if len(no_split) else False,
+            "no_split": flags.get(g, ([], [])),
             "auroc": [(_fmt(x), bool(np.isfinite(x) and x == top)) for x in a],
             "sparsity": [_fmt(sp.loc[g, v] if g in sp.index and v in sp.columns else float("nan")) for v in variants],
         })
     return rows
+
+
+def no_split_sets(per_gene: pd.DataFrame) -> dict[str, tuple[list[str], list[str]]]:
+    """Per gene, the feature sets none of whose classifiers made a split (AUROC 0.5 by
+    construction): (variants, baselines). A flag names them; only a variant's marks the gene,
+    since a baseline (the one-feature cell count) failing says nothing of the gene's variants."""
+    from cellica.registry import BASELINE_NAMES
+
+    if "no_split" not in per_gene or not per_gene["no_split"].astype(bool).any():
+        return {}
+    hit = per_gene[per_gene["no_split"].astype(bool)]
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for gene, sets in hit.groupby(hit["gene"].astype(str))["variant"]:
+        names = list(dict.fromkeys(map(str, sets)))
+        out[gene] = ([v for v in names if v not in BASELINE_NAMES], [v for v in names if v in BASELINE_NAMES])
+    return out
+
+
+def no_split_notes(rows: pd.DataFrame, sets: list[str]) -> list[dict[str, Any]]:
+    """A gene page's notes on the feature sets (``rows`` indexed by set) whose classifiers made no
+    split: the set, whether it is a baseline, and the evaluation's reason, shown at the top."""
+    from cellica.registry import BASELINE_NAMES
+
+    if "no_split" not in rows:
+        return []
+    return [{"set": v, "baseline": v in BASELINE_NAMES, "reason": str(rows.loc[v].get("no_split_reason") or "")}
+            for v in sets if bool(rows.loc[v]["no_split"])]
 
 
 def page_links(n_rows: int, page_size: int, prefix: str, current: int | None = None) -> list[dict[str, Any]]:

@@ -8,6 +8,23 @@ from __future__ import annotations
 from html import escape
 
 PALETTE = ["#1b6ca8", "#d1495b", "#2e933c", "#edae49", "#7b2cbf", "#00798c", "#6c757d", "#f17300"]
+# One colour per feature set across every page: the registry's variants, then its baselines, in order.
+SET_PALETTE = ("#1b6ca8", "#d1495b", "#2e933c", "#edae49", "#7b2cbf", "#00798c", "#8c564b", "#6c757d", "#e377c2",
+               "#f17300")
+OTHER_SET = "#9a9a9a"  # a feature set the registry does not name
+LABEL_CHARS = 30  # a bar's label longer than this is cut with an ellipsis (the whole name in its tooltip)
+
+
+def set_colour(name: str) -> str:
+    """The colour of feature set ``name`` wherever the report draws it (bars, curves, legends)."""
+    from cellica.registry import BASELINE_NAMES, VARIANT_NAMES
+
+    names = (*VARIANT_NAMES, *BASELINE_NAMES)
+    return SET_PALETTE[names.index(name)] if name in names else OTHER_SET
+
+
+def _cut(text: str, chars: int = LABEL_CHARS) -> str:
+    return text if len(text) <= chars else text[: chars - 1] + "\u2026"
 
 
 def _frame(width: int, height: int, body: str, title: str) -> str:
@@ -18,16 +35,22 @@ def _frame(width: int, height: int, body: str, title: str) -> str:
 
 def bar_chart(labels: list[str], values: list[float], title: str, vmin: float = 0.0, vmax: float = 1.0,
               width: int = 420, bar_h: int = 18, color: str | None = None, reference: float | None = None,
-              reference_label: str = "") -> str:
+              reference_label: str = "", colors: list[str] | None = None,
+              intervals: list[tuple[float, float]] | None = None, interval_label: str = "95% interval") -> str:
     """Horizontal bars from zero with value labels and a labelled value axis; NaN is 'n/a'.
 
     Every bar starts at 0 (a value below 0 extends left of it), so lengths compare as the values
-    do; the axis shows ``vmin``, 0 and ``vmax``; ``reference`` (e.g. chance AUROC 0.5) is a
-    dashed line named by ``reference_label``. Each bar takes the palette colour of its position
-    (variants), or ``color`` for all (e.g. the features of one classifier, which are not variants).
+    do; the axis shows ``vmin``, 0 and ``vmax``; ``reference`` (chance AUROC 0.5, a null) is a
+    dashed line named by ``reference_label``; ``intervals`` (low, high) are whiskers across each
+    bar's end (``interval_label`` in their tooltips). Bars take ``colors`` (one per bar: feature
+    sets keep theirs, :func:`set_colour`), else ``color`` for all (the features of one
+    classifier), else the palette by position. Labels longer than ``LABEL_CHARS`` are cut with an
+    ellipsis (whole in the tooltip), and the chart widens to hold its title: no text is clipped.
     """
     vmin, vmax = min(vmin, 0.0), max(vmax, 0.0)
-    left = max(60, min(220, 7 * max((len(str(lab)) for lab in labels), default=4) + 10))
+    shown = [_cut(str(lab)) for lab in labels]
+    left = max(60, 7 * max((len(lab) for lab in shown), default=4) + 10)
+    width = max(width, left + 200, 6 * len(title) + 8)
     pad, plot = 4, width - left - 50
     axis_y = pad + bar_h * len(labels) + 2
     height = axis_y + 30
@@ -41,13 +64,22 @@ def bar_chart(labels: list[str], values: list[float], title: str, vmin: float = 
     for i, (lab, val) in enumerate(zip(labels, values, strict=True)):
         y = pad + i * bar_h
         parts.append(f'<text x="{left - 4}" y="{y + bar_h * 0.7:.1f}" text-anchor="end" font-size="11">'
-                     f'<title>{escape(str(lab))}</title>{escape(str(lab))}</text>')
+                     f'<title>{escape(str(lab))}</title>{escape(shown[i])}</text>')
         if val == val:  # not NaN
             x = x_of(val)
-            fill = color or PALETTE[i % len(PALETTE)]
+            fill = colors[i] if colors else color or PALETTE[i % len(PALETTE)]
+            low, high = intervals[i] if intervals else (val, val)
+            tip = f"{number(val)}" + (f" [{number(low)}, {number(high)}]" if intervals and low == low else "")
             parts.append(f'<rect x="{min(x, zero):.1f}" y="{y + 2}" width="{abs(x - zero):.1f}" height="{bar_h - 4}" '
-                         f'fill="{fill}"><title>{escape(str(lab))}: {number(val)}</title></rect>')
-            parts.append(f'<text x="{max(x, zero) + 3:.1f}" y="{y + bar_h * 0.7:.1f}" font-size="11">{number(val)}</text>')
+                         f'fill="{fill}"><title>{escape(str(lab))}: {tip}</title></rect>')
+            end = max(x, zero)
+            if intervals and low == low and high == high:
+                xl, xh, mid = x_of(low), x_of(high), y + bar_h / 2
+                parts.append(f'<path d="M{xl:.1f},{mid:.1f}H{xh:.1f}M{xl:.1f},{mid - 4:.1f}V{mid + 4:.1f}'
+                             f'M{xh:.1f},{mid - 4:.1f}V{mid + 4:.1f}" stroke="#222" stroke-width="1.2" fill="none">'
+                             f"<title>{escape(interval_label)} [{number(low)}, {number(high)}]</title></path>")
+                end = max(end, xh)
+            parts.append(f'<text x="{end + 3:.1f}" y="{y + bar_h * 0.7:.1f}" font-size="11">{number(val)}</text>')
         else:
             parts.append(f'<text x="{zero + 3:.1f}" y="{y + bar_h * 0.7:.1f}" font-size="11">n/a</text>')
     parts.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot}" y2="{axis_y}" stroke="#999"/>')
@@ -58,9 +90,10 @@ def bar_chart(labels: list[str], values: list[float], title: str, vmin: float = 
         xr = x_of(reference)
         parts.append(f'<line x1="{xr:.1f}" y1="{pad}" x2="{xr:.1f}" y2="{axis_y}" stroke="#555" '
                      f'stroke-dasharray="3"><title>{escape(reference_label)} {number(reference)}</title></line>')
-        parts.append(f'<text x="{xr:.1f}" y="{axis_y + 13}" font-size="9" text-anchor="middle" fill="#555">'
-                     f'{escape(reference_label)}</text>')
-    parts.append(f'<text x="{left}" y="{height - 3}" font-size="10" fill="#555">{escape(title)}</text>')
+        if all(abs(xr - x_of(t)) > 24 for t in (vmin, 0.0, vmax)):  # its tick label would sit on an axis label
+            parts.append(f'<text x="{xr:.1f}" y="{axis_y + 13}" font-size="9" text-anchor="middle" fill="#555">'
+                         f'{escape(reference_label)}</text>')
+    parts.append(f'<text x="4" y="{height - 3}" font-size="10" fill="#555">{escape(title)}</text>')
     return _frame(width, height, "".join(parts), title)
 
 
@@ -78,9 +111,11 @@ def number(v: float, digits: int = 3) -> str:
 
 def line_chart(series: dict[str, tuple[list[float], list[float]]], title: str, size: int = 280,
                diagonal: bool = True, background: list[tuple[list[float], list[float], str]] | None = None,
-               xlabel: str = "false positive rate", ylabel: str = "true positive rate") -> str:
-    """Lines on [0, 1] x [0, 1] (ROC curves), one colour per series, with ticks, axis labels and a
-    legend; ``background`` curves (e.g. single folds) are drawn thin and faint underneath."""
+               xlabel: str = "false positive rate", ylabel: str = "true positive rate",
+               colors: list[str] | None = None) -> str:
+    """Lines on [0, 1] x [0, 1] (ROC curves), one colour per series (``colors``, else the palette
+    by position), with ticks, axis labels and a legend; ``background`` curves (e.g. single folds)
+    are drawn thin and faint underneath."""
     m, left = 30, 46
     inner = size - 2 * m
     parts = [f'<rect x="{left}" y="{m}" width="{inner}" height="{inner}" fill="none" stroke="#999"/>']
@@ -100,7 +135,7 @@ def line_chart(series: dict[str, tuple[list[float], list[float]]], title: str, s
         parts.append(f'<polyline points="{pts(xs, ys)}" fill="none" stroke="{color}" stroke-width="0.8" '
                      'stroke-opacity="0.35"/>')
     for i, (name, (xs, ys)) in enumerate(series.items()):
-        color = PALETTE[i % len(PALETTE)]
+        color = colors[i] if colors else PALETTE[i % len(PALETTE)]
         parts.append(f'<polyline points="{pts(xs, ys)}" fill="none" stroke="{color}" stroke-width="1.8"/>')
         parts.append(f'<text x="{left + inner + 8}" y="{m + 12 + 14 * i}" font-size="11" fill="{color}">'
                      f'{escape(name)}</text>')
@@ -108,8 +143,8 @@ def line_chart(series: dict[str, tuple[list[float], list[float]]], title: str, s
                  f'fill="#333">{escape(xlabel)}</text>')
     parts.append(f'<text x="12" y="{m + inner / 2:.1f}" font-size="10" text-anchor="middle" fill="#333" '
                  f'transform="rotate(-90 12 {m + inner / 2:.1f})">{escape(ylabel)}</text>')
-    parts.append(f'<text x="{left}" y="{m - 10}" font-size="10" fill="#555">{escape(title)}</text>')
-    width = left + inner + 8 + 8 * max((len(n) for n in series), default=6) + 10
+    parts.append(f'<text x="4" y="{m - 10}" font-size="10" fill="#555">{escape(title)}</text>')
+    width = max(left + inner + 8 + 8 * max((len(n) for n in series), default=6) + 10, 6 * len(title) + 8)
     return _frame(int(width), size + 6, "".join(parts), title)
 
 
