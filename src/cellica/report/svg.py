@@ -27,9 +27,10 @@ def _cut(text: str, chars: int = LABEL_CHARS) -> str:
     return text if len(text) <= chars else text[: chars - 1] + "\u2026"
 
 
-def _frame(width: int, height: int, body: str, title: str) -> str:
+def _frame(width: int, height: int, body: str, title: str, kind: str = "") -> str:
+    chart = f' data-chart="{kind}"' if kind else ""
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">'
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}"{chart}>'
             f"<title>{escape(title)}</title>{body}</svg>")
 
 
@@ -94,7 +95,7 @@ def bar_chart(labels: list[str], values: list[float], title: str, vmin: float = 
             parts.append(f'<text x="{xr:.1f}" y="{axis_y + 13}" font-size="9" text-anchor="middle" fill="#555">'
                          f'{escape(reference_label)}</text>')
     parts.append(f'<text x="4" y="{height - 3}" font-size="10" fill="#555">{escape(title)}</text>')
-    return _frame(width, height, "".join(parts), title)
+    return _frame(width, height, "".join(parts), title, "bars")
 
 
 def number(v: float, digits: int = 3) -> str:
