@@ -105,3 +105,9 @@ def test_stage_packages_export_their_public_names_lazily():
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]", loaded
     assert callable(importlib.import_module("cellica").run)
+
+
+def test_the_readme_stays_short():
+    """The README is read first: 200 lines at most, details in docs/ (issue #46)."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, len(lines)
