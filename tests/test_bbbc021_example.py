@@ -67,7 +67,7 @@ def test_the_pages_speak_of_compounds_and_the_split_each_used(bbbc021_run):
     comps = [r for r in Tables(index).tables["comparisons"][1:] if r[0] == "recall"]
     assert comps and {r[7] for r in comps} == {"not tested"}
     assert "nothing to recall" in seen and "recall of known pairs (null" not in index  # a line, no empty chart
-    assert "AUROC, random split (mean over compounds)" in index  # the AUROC there is, charted with chance
+    assert "AUROC, random split (mean over compounds, 95% interval)" in index  # the AUROC there is, charted with chance
     for words in ("no gene", "genes would decide", "per-gene sd", "Gene map", "(auroc", "MAP vs", "KNN"):
         assert words not in seen, words
     # Each gene page states the split its classifiers used: a random one, never held-out batches.
