@@ -19,6 +19,7 @@ import pandas as pd
 from cellica.core.errors import CellicaError
 
 GROUP_COLUMNS = 32
+ROW_BLOCK = 65536  # rows hashed at a time when looking for repeated rows
 
 
 class Table:
@@ -118,25 +119,37 @@ def feature_twins(x: np.ndarray, chance: float = 1e-3) -> tuple[int, int, int]:
     ``chance``: in a one-feature table of cell counts, or a few coarse integer features, equal rows
     are expected and never count; in profiles or embeddings with continuous features a repeat is
     a copied row."""
+    x = np.asarray(x)
     if len(x) < 2:
         return 0, -1, -1
-    rows = np.ascontiguousarray(np.asarray(x) + np.zeros((), x.dtype))  # -0.0 -> 0.0
+    zero = np.zeros((), x.dtype)
+    # A hash per row, a block of rows at a time (no copy of the whole matrix); only rows whose
+    # hash repeats are compared byte for byte.
+    hashes = np.concatenate([pd.util.hash_pandas_object(pd.DataFrame(x[i: i + ROW_BLOCK] + zero), index=False)
+                             .to_numpy() for i in range(0, len(x), ROW_BLOCK)])
+    candidates = np.flatnonzero(pd.Series(hashes).duplicated(keep=False).to_numpy())
+    if candidates.size == 0:
+        return 0, -1, -1
+    rows = np.ascontiguousarray(x[candidates] + zero)  # -0.0 -> 0.0
     keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
     _, first_of, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    earlier = first_of[inverse.ravel()]
-    repeats = np.flatnonzero(earlier != np.arange(len(keys)))
+    earlier = candidates[first_of[inverse.ravel()]]
+    repeats = candidates[earlier != candidates]
+    earlier = earlier[earlier != candidates]
     if repeats.size == 0:
         return 0, -1, -1
-    n = len(rows)
+    n = len(x)
     log_expected = np.full(repeats.size, np.log(n - 1.0))
-    for j in range(rows.shape[1]):  # only the repeats' values are counted: cheap unless most rows repeat
-        column = np.sort(rows[:, j])
-        same = np.searchsorted(column, rows[repeats, j], "right") - np.searchsorted(column, rows[repeats, j], "left")
+    for j in range(x.shape[1]):  # only the repeats' values are counted: cheap unless most rows repeat
+        column = np.sort(x[:, j] + zero)
+        values = x[repeats, j] + zero
+        same = np.searchsorted(column, values, "right") - np.searchsorted(column, values, "left")
         log_expected += np.log((same - 1) / (n - 1.0))
-    copies = repeats[log_expected < np.log(chance)]
-    if copies.size == 0:
+    copy = log_expected < np.log(chance)
+    if not copy.any():
         return 0, -1, -1
-    return int(copies.size), int(copies[0]), int(earlier[copies[0]])
+    first = int(np.argmax(copy))
+    return int(copy.sum()), int(repeats[first]), int(earlier[first])
 
 
 def sha256(path: Path, block: int = 1 << 20) -> str:
