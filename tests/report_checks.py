@@ -59,14 +59,13 @@ def check_index_numbers(results: Path, reports: Path, entity: str = "gene", leas
     """The per-variant table (mean [95% CI]) and the claims on the rendered index, number by
     number, against summary.parquet (labels in the run's words: ``entity``)."""
     from cellica.registry import METRICS
-    from cellica.report.content import VARIANT_METRICS
 
     summary = pd.read_parquet(results / "eval" / "summary.parquet")
     tables = Tables((reports / "index.html").read_text()).tables
     head, *rows = tables["variants"]
     variants = head[2:]
     means = summary[(summary["table"] == "per_variant") & (summary["row"] == "mean")].set_index(["metric", "variant"])
-    by_label = {METRICS[metric].text(entity): metric for metric in VARIANT_METRICS}
+    by_label = {m.text(entity): metric for metric, m in METRICS.items() if m.kind != "count"}
     checked = 0
     for row in rows:
         metric = by_label.get(row[0])

@@ -11,7 +11,14 @@ import pytest
 
 from cellica.cli.app import main
 from cellica.core.errors import CellicaError
-from cellica.registry import BASELINES, CLAIMS, COMPARED_METRICS, PAPER_VARIANTS, VARIANTS
+from cellica.registry import (
+    BASELINE_NAMES,
+    BASELINES,
+    CLAIMS,
+    COMPARED_METRICS,
+    PAPER_VARIANTS,
+    VARIANTS,
+)
 from tests.conftest import disks
 
 
@@ -147,8 +154,8 @@ def _plan(tmp_path, **sections):
 
 
 def test_the_plan_keeps_the_baselines_that_apply_and_says_why_not(tmp_path):
-    plan = _plan(tmp_path, baselines={"names": ["cell_count", "untrained", "classical"]})
-    assert plan.baselines == ["cell_count", "untrained", "classical"] and plan.baseline_notes == []
+    plan = _plan(tmp_path, baselines={"names": list(BASELINE_NAMES)})
+    assert plan.baselines == list(BASELINE_NAMES) and plan.baseline_notes == []
     assert plan.evaluated == plan.variants + plan.baselines
     assert plan.baseline_input("classical") == "out/embeddings/cp_measure/embeddings.h5ad"
     assert plan.baseline_input("cell_count") == "out/embeddings/cell_count/embeddings.h5ad"

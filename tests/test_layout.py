@@ -7,6 +7,7 @@ imports zarr; modules and functions stay small enough to read.
 """
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from tests.conftest import REPO
 
 PKG = REPO / "src" / "cellica"
 RANK = {"core": 0, "registry": 0, "store": 1, "embed": 2, "transform": 3, "evaluate": 5, "maps": 6, "stability": 6,
-        "qc": 6, "report": 7, "config": 8, "plan": 9, "launch": 9, "pipeline": 9, "cli": 10}
+        "qc": 6, "report": 7, "config": 8, "plan_sets": 8, "plan": 9, "launch": 9, "pipeline": 9, "cli": 10}
 MODULES = sorted(PKG.rglob("*.py"))
 
 
@@ -105,6 +106,33 @@ def test_stage_packages_export_their_public_names_lazily():
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]", loaded
     assert callable(importlib.import_module("cellica").run)
+
+
+def test_the_code_layout_picture_is_the_code_s():
+    """docs/stages.md's picture is written from the code (benchmarks/code_layout.py): every
+    module is in it under its package, each package's imports are the ones its modules make,
+    and a package is listed only below everything it imports."""
+    from cellica.core.docs import code_layout
+
+    picture = code_layout(PKG)
+    text = (REPO / "docs" / "stages.md").read_text()
+    block = text.split("<!-- code-layout:start -->\n")[1].split("\n<!-- code-layout:end -->")[0]
+    assert block == picture, "run `python benchmarks/code_layout.py --docs`"
+    heads = [line for line in picture.splitlines() if line and not line.startswith((" ", "`"))]
+    listed = [h.split()[0].rstrip("/").removesuffix(".py") for h in heads]
+    for i, head in enumerate(heads):
+        deps = head.split(" imports ")[1]
+        for dep in ([] if deps == "nothing of cellica" else deps.split(", ")):
+            assert listed.index(dep) < i, head
+    for path in MODULES:
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        if path.parent == PKG:
+            assert path.stem in listed, path.name
+        else:
+            after = picture.split(f"\n{path.parent.name}/")[1].split("\n")[1:]
+            own = list(itertools.takewhile(lambda line: line.startswith("  "), after))
+            assert any(line.startswith(f"  {path.name} ") for line in own), path
 
 
 def test_the_readme_stays_short():

@@ -3,6 +3,7 @@ pairing, inputs, entity words, config hash, progress hint, SLURM settings; and t
 
 import copy
 import json
+import re
 import shlex
 
 import pytest
@@ -179,9 +180,20 @@ def test_one_launcher_runs_this_checkouts_snakefile():
 
 
 def test_the_rules_only_ask_the_plan():
-    """common.smk decides nothing: no branch on a config value, no import from a stage's internals."""
-    text = (REPO / "workflow" / "rules" / "common.smk").read_text()
-    assert "config[" not in text and "if config" not in text
+    """The rules decide nothing: no rule file reads or branches on a config value (the plan says
+    which rules exist, their inputs, threads and optional options), no rule writes its own
+    optional-option lambda, no alias common.smk defines goes unused, and common.smk imports
+    nothing from a stage's internals."""
+    rules = {smk.name: smk.read_text() for smk in sorted((REPO / "workflow" / "rules").glob("*.smk"))}
+    for name, text in {**rules, "Snakefile": (REPO / "Snakefile").read_text()}.items():
+        assert "config[" not in text and "if config" not in text, name
+        assert "in input.keys()" not in text, name  # an optional input's option: PLAN.optional
+    text = rules["common.smk"]
+    aliases = re.findall(r"^([A-Z_][A-Z_, ]*) = ", text, re.MULTILINE)
+    every = "\n".join(rules.values()) + (REPO / "Snakefile").read_text()
+    unused = [n for names in aliases for n in (x.strip() for x in names.split(","))
+              if len(re.findall(rf"\b{n}\b", every)) < 2]
+    assert not unused, unused
     imports = [line for line in text.splitlines() if line.startswith("from cellica")]
     assert all(line.split()[1] in ("cellica.plan", "cellica.slurm", "cellica.config", "cellica.core.errors",
                                    "cellica.core.jobtimes")

@@ -14,18 +14,48 @@ from cellica.registry import METRICS, VARIANTS
 from tests.conftest import REPO
 
 REGISTRY = REPO / "src" / "cellica" / "registry.py"
-NAMES = {"variant": set(VARIANTS), "metric": set(METRICS) - {"recall", "sparsity", "concentration"}}
-# Three variants make a list to keep in step; metrics are chosen for a table by the handful,
-# so a longer list (a kind) is what must come from the registry.
-LEAST = {"variant": 3, "metric": 5}
+NAMES = {"variant": set(VARIANTS), "metric": set(METRICS), "baseline": set(registry.BASELINES),
+         "model": set(registry.MODELS) - {"seed"}}
+# In the library and the workflow two names make a list to keep in step. Tests and benchmarks
+# pick a few variants or metrics for a table or a fixture: a list of three variants, five
+# metrics or three baselines or models is what must come from the registry there.
+LEAST = {"library": dict.fromkeys(NAMES, 2), "elsewhere": {"variant": 3, "metric": 5, "baseline": 3, "model": 3}}
 QUOTED = re.compile(r"""["']([a-z_0-9]+)["']""")
+# One name spelled alone in the library (compared with, looked up, defaulted to) is a second
+# definition too, unless it means something else there: a step's name (a variant may share
+# one), a config key (mae.checkpoint), a registry lookup (``MODELS["cp_measure"]``).
+
+
+def _step_names() -> set[str]:
+    import cellica.transform.variants  # noqa: F401  (registers every step)
+    from cellica.transform.steps import Step
+
+    found, todo = set(), [Step]
+    while todo:
+        cls = todo.pop()
+        found.add(cls.name)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+ALONE = ((set(VARIANTS) - _step_names()) | set(registry.BASELINES) | set(registry.MODELS) - {"seed", "checkpoint"})
+LOOKUPS = {"VARIANTS", "METRICS", "BASELINES", "MODELS"}
+OTHER_MEANING = {
+    ("store/render.py", "cell_count"): "a simulated factor: the number of cells drawn in a tile",
+    ("embed/cell_count.py", "cell_count"): "the nuclei counter's own provenance format",
+    ("embed/profiles.py", "cp_measure"): "the package's name (its version, the provenance format)",
+    ("embed/train.py", "untrained"): "a training summary's key: whether any step was taken",
+}
 
 
 def _literals(tree: ast.AST):
     """(line, strings) of every list, tuple and set literal, and of every dict literal that maps
-    names to text (a label table); a dict computing values under metric names is a producer."""
+    names to text (a label table); a dict computing values under metric names is a producer,
+    and a list assigned to ``*_COLUMNS`` is a table's schema (its column names)."""
+    schemas = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id.endswith("_COLUMNS") for t in n.targets)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        if isinstance(node, ast.List | ast.Tuple | ast.Set) and id(node) not in schemas:
             elts = node.elts
         elif isinstance(node, ast.Dict) and all(isinstance(v, ast.Constant) and isinstance(v.value, str)
                                                 for v in node.values):
@@ -46,22 +76,68 @@ def _sources():
                 yield path
 
 
+def _lists_of_names(path: Path, text: str) -> list[str]:
+    least = LEAST["library" if path.parts[len(REPO.parts)] in ("src", "workflow") else "elsewhere"]
+    if path.suffix == ".py":
+        literals = _literals(ast.parse(text))
+    else:  # Snakemake files: bracketed lists of quoted names
+        literals = ((text[:m.start()].count("\n") + 1, set(QUOTED.findall(m.group())))
+                    for m in re.finditer(r"[\[(][^\[\]()]*[\])]", text))
+    return [f"{path.relative_to(REPO)}:{line}: {kind}s {sorted(strings & names)}"
+            for line, strings in literals for kind, names in NAMES.items() if len(strings & names) >= least[kind]]
+
+
+def _alternatives(text: str) -> list[str]:
+    """The registry names a string is, or lists as a regular expression's alternatives (a
+    wildcard constraint ``seed-?\\d+|checkpoint|untrained``)."""
+    return [part for part in text.split("|") if part in ALONE]
+
+
+def _names_alone(path: Path, text: str) -> list[str]:
+    """Registry names spelled one at a time in the library (src/cellica) or the workflow."""
+    if path.parts[len(REPO.parts)] not in ("src", "workflow"):
+        return []
+    where = path.relative_to(REPO / "src" / "cellica").as_posix() if path.suffix == ".py" else ""
+    if path.suffix == ".py":
+        tree = ast.parse(text)
+        lookups = {id(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript)
+                   and isinstance(n.value, ast.Name) and n.value.id in LOOKUPS}
+        found = [(n.lineno, part) for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                 and isinstance(n.value, str) and id(n) not in lookups for part in _alternatives(n.value)]
+    else:
+        found = [(text[:m.start()].count("\n") + 1, part) for m in re.finditer(r"""["']([^"'\n]*)["']""", text)
+                 for part in _alternatives(m.group(1))]
+    return [f"{path.relative_to(REPO)}:{line}: {name!r}" for line, name in found
+            if (where, name) not in OTHER_MEANING]
+
+
 def test_no_list_of_names_outside_the_registry():
-    """Any literal naming three or more variants (or metrics) is a second list to keep in step:
-    code, workflow, benchmarks and tests derive theirs from cellica.registry."""
+    """Any literal naming two variants, metrics, baselines or models in the library (three
+    variants or five metrics in tests and benchmarks), or one of them spelled alone in the
+    library, is a second list to keep in step: code, workflow, benchmarks and tests derive
+    theirs from cellica.registry (the claims' variants, the report's charted metrics, the
+    model tags, the default baselines are registry data)."""
     found = []
     for path in _sources():
         text = path.read_text()
-        if path.suffix == ".py":
-            literals = _literals(ast.parse(text))
-        else:  # Snakemake files: bracketed lists of quoted names
-            literals = ((text[:m.start()].count("\n") + 1, set(QUOTED.findall(m.group())))
-                        for m in re.finditer(r"[\[(][^\[\]()]*[\])]", text))
-        for line, strings in literals:
-            for kind, names in NAMES.items():
-                if len(strings & names) >= LEAST[kind]:
-                    found.append(f"{path.relative_to(REPO)}:{line}: {kind}s {sorted(strings & names)}")
-    assert not found, "lists of names outside cellica.registry:\n" + "\n".join(found)
+        found += _lists_of_names(path, text) + _names_alone(path, text)
+    assert not found, "names outside cellica.registry:\n" + "\n".join(found)
+
+
+def test_the_name_check_catches_what_it_is_for():
+    """Each way a name escaped the registry before (issue #46) is caught: the claims' variants
+    as a pair and alone, the report's chart list, a model tag pattern, the default baselines."""
+    src = REPO / "src" / "cellica" / "x.py"
+    cases = {"for other in ('pca', 'pca_rand'): pass": 1, "b = batch.loc['pca_ica']": 1,
+             "charts = [m for m in (auroc, 'sparsity', 'concentration', 'recall')]": 1,
+             "names = ['cell_count', 'untrained']": 1, "if tag == 'cp_measure': pass": 1,
+             "if metric in ('sparsity', 'concentration'): pass": 1, "RECALL_COLUMNS = ['n_genes', 'recall']": 0,
+             "step = 'pca'": 0, "tag = MODELS['cp_measure'].name": 0}
+    for code, hits in cases.items():
+        assert bool(_lists_of_names(src, code) or _names_alone(src, code)) == bool(hits), code
+    smk = REPO / "workflow" / "rules" / "x.smk"
+    assert _names_alone(smk, 'model=r"seed-?\\d+|checkpoint|untrained"')  # a wildcard's alternatives
+    assert _names_alone(smk, 'model="untrained"') and not _names_alone(smk, 'model=TRAINED_MODELS')
 
 
 def test_the_registry_is_consistent():
@@ -117,11 +193,11 @@ def test_a_new_variant_is_one_registry_entry_and_one_step(monkeypatch):
     """A dummy variant ("pca_sign": PCA whitening with every component's sign flipped) is added
     by touching two places: the one step it needs that no step has, and its registry entry
     (a composition of existing steps and that one). The composition, the seeded list, the DAG's
-    parameters and the report's order follow; the schema's choices and the docs' table are
-    derived from the registry when they are generated."""
+    parameters, the report's order, the schema's choices and the docs' table follow."""
     import anndata as ad
     import pandas as pd
 
+    import cellica.transform.variants  # noqa: F401  (registers every step)
     from cellica.config import config_schema
     from cellica.transform.steps import Step
     from cellica.transform.variants import make_transform
@@ -150,7 +226,7 @@ def test_a_new_variant_is_one_registry_entry_and_one_step(monkeypatch):
     assert "`pca_sign` | PCA whitening, signs flipped | `drop_features` → `centre_batches:before` → `pca` → " \
         "`centre_batches:after` → `flip_signs`" in registry.variants_markdown()
     schema = config_schema()["properties"]["transform"]["properties"]["variants"]
-    assert schema["items"]["enum"] == list(registry.VARIANT_NAMES)  # derived (from the registry at import)
+    assert schema["items"]["enum"] == [*registry.VARIANT_NAMES, "pca_sign"]  # read from the registry, live
 
 
 def test_a_variant_of_existing_steps_is_one_registry_entry(monkeypatch):

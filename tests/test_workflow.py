@@ -13,7 +13,7 @@ import yaml
 
 from cellica.core.names import safe_filename
 from cellica.launch import run_snakemake
-from cellica.registry import COMPARED_METRICS, PAPER_VARIANTS, metrics_of
+from cellica.registry import BASELINE_NAMES, COMPARED_METRICS, PAPER_VARIANTS, metrics_of
 from cellica.store.tilestore import TileStore
 from tests.conftest import REPO
 from tests.report_checks import check_index_numbers, check_table_numbers
@@ -102,7 +102,7 @@ def test_dag_evaluates_and_reports(tiny_run):
     summary = pd.read_parquet(res / "eval" / "summary.parquet")
     means = summary[(summary.table == "per_variant") & (summary.row == "mean")]
     per_variant = means.pivot(index="metric", columns="variant", values="value")
-    assert set(per_variant.columns) == set(VARIANTS) | {"cell_count", "untrained", "classical"}  # tiny.yaml's baselines
+    assert set(per_variant.columns) == set(VARIANTS) | set(BASELINE_NAMES)  # tiny.yaml names every baseline
     assert {*COMPARED_METRICS, *metrics_of("activity", "batch", "truth")} <= set(per_variant.index)
     # Intervals over genes exist and contain the mean.
     auroc = means[means.metric == "auroc_heldout"]
@@ -161,7 +161,7 @@ def test_dag_evaluates_the_baselines_beside_the_variants(tiny_run):
     assert untrained.uns["provenance"]["shard"]["gathered_from"] == config["embed"]["shards"]
     assert ad.read_h5ad(res / "features" / "classical.h5ad").n_vars > 10  # cp_measure's profiles
     summary = pd.read_parquet(res / "eval" / "summary.parquet")
-    for name in ("cell_count", "untrained", "classical"):
+    for name in BASELINE_NAMES:
         pg = pd.read_parquet(res / "eval" / name / "per_gene.parquet")
         assert sorted(pg["seed"].unique()) == [0, 1] and not pg["no_split"].all() and pg["auroc_mean"].nunique() > 1
         row = summary[(summary.table == "per_variant") & (summary.variant == name) & (summary.metric == "auroc_heldout")]

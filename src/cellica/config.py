@@ -23,7 +23,7 @@ from cellica.core.params import Kind, Params, param, section_schema, show
 from cellica.embed.params import EmbedParams, FeatureTableParams, ProfileParams, TrainParams
 from cellica.evaluate.params import BaselineParams, EvalParams
 from cellica.maps.params import MapParams
-from cellica.registry import VARIANT_NAMES
+from cellica.registry import VARIANT_NAMES, VARIANTS
 from cellica.report.params import ReportParams
 from cellica.stability.params import AlignParams
 from cellica.store.params import IngestParams, SimulationParams
@@ -65,7 +65,7 @@ FeaturesKeys = _keys("features", path=(str, param("", "The table.")), truth=(str
     "variant.")))
 TransformKeys = _keys("transform", variants=(list[str], param(
     list(VARIANT_NAMES), "Which variants to compute: " + ", ".join(VARIANT_NAMES) + " (docs/stages.md says what "
-    "each does).", item_choices=VARIANT_NAMES, min_items=1, unique=True)), level=(str, param(
+    "each does).", item_choices=VARIANTS, min_items=1, unique=True)), level=(str, param(
         "tiles", "Transform tile embeddings or well means (image sources; imported features are used as they are).",
         choices=("tiles", "wells"))))
 EvaluateKeys = _keys("evaluate", chunks=(int, param(

@@ -25,7 +25,15 @@ from cellica.config import (
 )
 from cellica.core.errors import CellicaError
 from cellica.estimates import cost_warnings
-from cellica.registry import BASELINES, VARIANTS, seeded_variants
+from cellica.plan_sets import applicable_baselines, model_tag
+from cellica.registry import (
+    BASELINES,
+    MODELS,
+    REFERENCE_VARIANT,
+    VARIANTS,
+    model_pattern,
+    seeded_variants,
+)
 from cellica.stability.params import AlignParams
 from cellica.transform.params import TransformParams
 
@@ -84,39 +92,6 @@ def entity_label(source: str, column_map: dict[str, str] | None = None) -> str:
     if source != "features" or not name or name == "perturbation":
         return "perturbation"
     return {"moa": "MoA"}.get(name, name)
-
-
-def model_tag(config: dict[str, Any]) -> str:
-    """The ``{model}`` a run embeds with: ``seed<N>`` (an MAE trained with that seed),
-    ``checkpoint`` (``mae.checkpoint``) or ``cp_measure`` (profiles instead of an MAE)."""
-    if config["profiles"]["enabled"]:
-        return "cp_measure"
-    if config["mae"]["checkpoint"]:
-        return "checkpoint"
-    return f"seed{config['mae']['seed']}"
-
-
-def applicable_baselines(config: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """The baselines a checked config asks for that apply to its run, and why each other one
-    does not (one line each; the run log shows them): ``baselines.names`` in its order."""
-    keep, notes = [], []
-    for name in config["baselines"]["names"]:
-        why = None
-        if config["source"] not in BASELINES[name].sources:
-            why = f"it needs images, and source is {config['source']!r}"
-        elif name == "untrained" and config["mae"]["checkpoint"]:
-            why = "the run embeds with mae.checkpoint, whose initial weights cellica cannot know"
-        elif name == "untrained" and config["profiles"]["enabled"]:
-            why = "the run trains no encoder (profiles.enabled) to compare with its untrained one"
-        elif name == "classical" and config["profiles"]["enabled"]:
-            why = "the run's own features are already cp_measure's profiles (profiles.enabled)"
-        elif name == "cell_count" and config["source"] == "features" and not config["baselines"]["cell_count_column"]:
-            why = "imported features need baselines.cell_count_column to name the count"
-        if why:
-            notes.append(f"baseline {name} left out: {why}")
-        else:
-            keep.append(name)
-    return keep, notes
 
 
 class RunPlan:
@@ -182,12 +157,43 @@ class RunPlan:
         self.alignment = f"{self.stability}/alignment.parquet"
         self.hash = config_hash(c)
         self.warnings = cost_warnings(c)
+        # Where the run's samples come from: which rules exist (tiles.smk, embed.smk, baselines.smk).
+        self.source = c["source"]
+        self.simulates, self.ingests = self.source == "simulate", self.source == "ingest"
+        self.imports_features = self.source == "features"
+        self.has_images = not self.imports_features
+        self.manifest, self.features_table = c["ingest"]["manifest"], c["features"]["path"]
+
+    def threads(self, section: str) -> int:
+        """The threads a section's jobs ask for (``mae.threads``, ``embed.threads``)."""
+        return self.config[section]["threads"]
+
+    @staticmethod
+    def optional(option: str, key: str, *, more: tuple[str, str] | None = None):
+        """A rule's ``params`` function passing ``option`` with its input ``key`` only when the
+        rule has that optional input (``--truth``, ``--store``, ``--alignment``), and with it
+        ``more``'s option and input (a list: ``--maps`` beside ``--recall``)."""
+        def text(wildcards, input) -> str:
+            if key not in input.keys():
+                return ""
+            extra = ""
+            if more:
+                files = input[more[1]]
+                extra = f" {more[0]} " + " ".join(shlex.quote(f) for f in ([files] if isinstance(files, str) else files))
+            return f"{option} {shlex.quote(input[key])}{extra}"
+
+        return text
 
     def wildcard_constraints(self) -> dict[str, str]:
         """The regular expression of each wildcard the rules use."""
         return {"variant": "|".join(self.evaluated), "seed": r"-?\d+",
-                "model": r"seed-?\d+|checkpoint|cp_measure|untrained|cell_count",
+                "model": model_pattern(),
                 "shard": r"\d+", "chunk": r"\d+"}
+
+    @staticmethod
+    def model_patterns() -> tuple[str, str]:
+        """The ``{model}`` wildcards of the MAEs cellica trains, and of every model the embed rule runs."""
+        return model_pattern(trained=True), model_pattern(encoder=True)
 
     def cli_args(self, section: str, cls) -> str:
         """The options of ``cls``'s command from ``config[section]`` (shell-quoted)."""
@@ -208,7 +214,7 @@ class RunPlan:
 
     def _at_level(self, model: str) -> str:
         """The embeddings of ``{model}`` at ``transform.level`` (image sources), or the imported features."""
-        if self.config["source"] == "features":
+        if self.imports_features:
             return self.emb
         return (self.wells_of if self.config["transform"]["level"] == "wells" else self.emb_of).format(model=model)
 
@@ -218,12 +224,12 @@ class RunPlan:
 
     def model_file(self, model: str) -> str:
         """The MAE a ``{model}`` names: a trained seed, the untrained baseline's, or the user's checkpoint."""
-        return self.config["mae"]["checkpoint"] if model == "checkpoint" else self.model_of.format(model=model)
+        return self.config["mae"]["checkpoint"] if model == MODELS["checkpoint"].name else self.model_of.format(model=model)
 
     def baseline_input(self, name: str) -> str:
         """A baseline's embeddings: tiles or wells as ``transform.level`` says (image sources), or
         the imported features whose ``baselines.cell_count_column`` is the count."""
-        return self._at_level({"classical": "cp_measure"}.get(name, name))
+        return self._at_level(BASELINES[name].model)
 
     def nuclei_args(self) -> str:
         """``cellica count-nuclei`` options: only the profile parameters a count depends on."""
@@ -234,15 +240,16 @@ class RunPlan:
 
     def baseline_args(self, name: str) -> str:
         """``cellica baseline`` options: the base variant's parameters, and the count's column of imported features."""
-        column = self.config["baselines"]["cell_count_column"]
-        extra = f" --column {shlex.quote(column)}" if name == "cell_count" and self.config["source"] == "features" else ""
-        return self.transform_args("base") + extra
+        column = BASELINES[name].column
+        extra = (f" --column {shlex.quote(self.config['baselines'][column])}"
+                 if column and self.imports_features else "")
+        return self.transform_args(REFERENCE_VARIANT) + extra
 
     def truth(self) -> str | None:
         """The ground truth: the simulated store's exported tables, ``features.truth``, or None."""
         if self.config["source"] == "simulate":
             return self.truth_tables
-        if self.config["source"] == "features" and self.config["features"]["truth"]:
+        if self.imports_features and self.config["features"]["truth"]:
             return self.config["features"]["truth"]
         return None
 
@@ -302,7 +309,7 @@ class RunPlan:
     def qc_inputs(self) -> dict[str, Any]:
         """Every variant's features, and the tile store when there is one."""
         inputs: dict[str, Any] = {"features": self.variant_files(self.features)}
-        if self.config["source"] != "features":
+        if self.has_images:
             inputs["tiles"] = self.tiles
         return inputs
 
@@ -313,7 +320,7 @@ class RunPlan:
             "per_gene": self.evaluated_files(f"{self.eval}/{{variant}}/per_gene.parquet"),
             "importances": self.evaluated_files(f"{self.eval}/{{variant}}/importances.parquet"),
             "features": self.variant_files(self.features), "qc": self.qc_tables()}
-        if self.config["source"] != "features":
+        if self.has_images:
             inputs["tiles"] = self.tiles
         if self.config["stability"]["enabled"]:
             inputs["alignment"] = self.alignment
@@ -325,7 +332,7 @@ class RunPlan:
     def final_outputs(self) -> list[str]:
         """What a plain ``snakemake`` builds."""
         outputs = [self.summary, f"{self.reports}/index.html", f"{self.reports}/gene_index"]
-        if self.config["source"] != "features":
+        if self.has_images:
             outputs.append(f"{self.results}/qc/tiles_summary.txt")
         if self.config["maps"]["enabled"]:
             outputs += [f"{self.maps}/recall.parquet", f"{self.maps}/efaar"]
@@ -347,13 +354,13 @@ class RunPlan:
 
     def progress_hint(self) -> str:
         """Where each job's progress is, naming a log this run writes."""
-        if self.config["source"] == "features":
+        if self.imports_features:
             example = (f"`tail -f {self.logs}/evaluate/{self.variants[0]}-0-of-{self.n_chunks}.log` while the "
                        "classifiers run")
-        elif self.model_tag == "cp_measure":
+        elif self.model_tag == MODELS["cp_measure"].name:
             example = f"`tail -f {self.logs}/profile_tiles/0-of-{self.n_shards}.log` while the tiles are measured"
-        elif self.model_tag == "checkpoint":
-            example = f"`tail -f {self.logs}/embed/checkpoint/0-of-{self.n_shards}.log` while the tiles are embedded"
+        elif self.model_tag == MODELS["checkpoint"].name:
+            example = f"`tail -f {self.logs}/embed/{self.model_tag}/0-of-{self.n_shards}.log` while the tiles are embedded"
         else:
             example = f"`tail -f {self.logs}/train_mae/{self.model_tag}.log` while the MAE trains"
         return (f"each job's progress (rate and ETA, a line every 30 s) is in its log file under {self.logs}/; "

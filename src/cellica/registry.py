@@ -43,11 +43,12 @@ class Variant:
     uses: tuple[str, ...]  # TransformParams fields its result depends on
     seeded: bool = False  # depends on rotation_seed: re-fit per evaluation seed
     role: str = "paper"  # paper (the paper's four) or comparator
+    reference: bool = False  # the features unchanged: the row every claim starts from, and the baselines' path
 
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("base", "the features unchanged (after the optional position correction and standardisation): the "
-            "reference row", (), _SPLIT),
+            "reference row", (), _SPLIT, reference=True),
     Variant("pca", "PCA whitening fit on the controls, centred on them; eigenvalue floor; per-batch handling by "
             "`batch_correction`", _WHITEN, _PCA),
     Variant("pca_ica", "`pca`, then the ICA rotation (fit on the whitened fit controls, where the whitening holds; "
@@ -66,6 +67,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 )}
 VARIANT_NAMES = tuple(VARIANTS)
 PAPER_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.role == "paper")
+REFERENCE_VARIANT = next(name for name, v in VARIANTS.items() if v.reference)
 
 
 def seeded_variants() -> list[str]:
@@ -97,19 +99,60 @@ class Baseline:
     help: str
     sources: tuple[str, ...]  # the config's `source` values it applies to
     metrics: tuple[str, ...]  # the compared metrics the winning variant is compared with it on
+    model: str  # the {model} tag of its embeddings (MODELS) on image sources
+    default: bool = False  # evaluated unless `baselines.names` says otherwise
+    # (config setting, why): a truthy setting rules the baseline out, and the run log says why
+    not_with: tuple[tuple[str, str], ...] = ()
+    column: str | None = None  # imported features: the `baselines` setting naming its column (required)
 
 
+_IMAGES_ONLY = ("simulate", "ingest")
 BASELINES: dict[str, Baseline] = {b.name: b for b in (
     Baseline("cell_count", "one feature per sample: nuclei per tile (Otsu on `profiles.nuclei_channel`, as the "
              "profiles path finds them), or the column `baselines.cell_count_column` of imported features",
-             ("simulate", "ingest", "features"), ("auroc_heldout",)),
+             (*_IMAGES_ONLY, "features"), ("auroc_heldout",), model="cell_count", default=True,
+             column="cell_count_column"),
     Baseline("untrained", "the same MAE architecture with its initial weights (`mae.seed`, no training step), "
-             "embedded exactly like the trained one", ("simulate", "ingest"),
-             ("auroc_heldout", "sparsity", "concentration")),
+             "embedded exactly like the trained one", _IMAGES_ONLY, ("auroc_heldout", "sparsity", "concentration"),
+             model="untrained", default=True, not_with=(
+                 ("mae.checkpoint", "the run embeds with mae.checkpoint, whose initial weights cellica cannot know"),
+                 ("profiles.enabled", "the run trains no encoder (profiles.enabled) to compare with its untrained "
+                                      "one"))),
     Baseline("classical", "cp_measure's CellProfiler-style profiles of the same tiles (the profiles path, "
-             "docs/models.md)", ("simulate", "ingest"), ("auroc_heldout", "sparsity", "concentration")),
+             "docs/models.md)", _IMAGES_ONLY, ("auroc_heldout", "sparsity", "concentration"), model="cp_measure",
+             not_with=(("profiles.enabled", "the run's own features are already cp_measure's profiles "
+                                            "(profiles.enabled)"),)),
 )}
 BASELINE_NAMES = tuple(BASELINES)
+DEFAULT_BASELINES = [name for name, b in BASELINES.items() if b.default]
+
+
+# ------------------------------------------------------------------------ model tags
+@dataclass(frozen=True)
+class Model:
+    """What a ``{model}`` wildcard names: the embeddings of image sources come from one of these."""
+
+    name: str
+    pattern: str  # the wildcard's regular expression
+    help: str
+    encoder: bool  # an MAE's weights embed the tiles (the embed rule makes its embeddings)
+    trained: bool = False  # cellica trains it (the train_mae rule)
+
+
+MODELS: dict[str, Model] = {m.name: m for m in (
+    Model("seed", r"seed-?\d+", "an MAE cellica trains with `mae.seed` N (`seed<N>`)", encoder=True, trained=True),
+    Model("checkpoint", "checkpoint", "the user's MAE, `mae.checkpoint`", encoder=True),
+    Model("untrained", "untrained", "the untrained baseline: the MAE's initial weights", encoder=True),
+    Model("cp_measure", "cp_measure", "cp_measure's profiles (`profiles.enabled`, the classical baseline)",
+          encoder=False),
+    Model("cell_count", "cell_count", "nuclei per tile (the cell_count baseline)", encoder=False),
+)}
+
+
+def model_pattern(*, encoder: bool | None = None, trained: bool | None = None) -> str:
+    """The ``{model}`` wildcard's regular expression, over the models with those properties."""
+    return "|".join(m.pattern for m in MODELS.values()
+                    if (encoder is None or m.encoder == encoder) and (trained is None or m.trained == trained))
 
 
 def baselines_markdown() -> str:
@@ -117,6 +160,22 @@ def baselines_markdown() -> str:
     rows = ["| baseline | what it is | sources | compared on |", "|---|---|---|---|"]
     rows += [f"| `{b.name}` | {b.help} | {', '.join(b.sources)} | {', '.join(b.metrics)} |" for b in BASELINES.values()]
     return "\n".join(rows)
+
+
+# ------------------------------------------------------------------------ image formats
+@dataclass(frozen=True)
+class Format:
+    """An image format ingestion reads (``ingest.format``)."""
+
+    name: str
+    help: str
+    source: str  # "module:Class" of its cellica.store.ingest.FieldSource, imported when used
+
+
+FORMATS: dict[str, Format] = {f.name: f for f in (
+    Format("files", "one image file (TIFF/PNG) per field and channel", "cellica.store.image_files:FileFields"),
+    Format("ome_zarr", "OME-Zarr HCS plates, one manifest row per well", "cellica.store.omezarr:PlateFields"),
+)}
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -132,6 +191,16 @@ class Metric:
     compared: bool = False  # paired differences between variants (bootstrap CI, Wilcoxon, Holm)
     short: str = ""  # its row label in the README's demo table (none: not shown there)
     target: float | None = None  # better is closer to this (a batch silhouette's 0), not lower or higher
+    # The report's chart of its mean per feature set (index page); a fallback is drawn only
+    # where the metric it stands in for has no value (a random split's AUROC for the held-out one).
+    chart: bool = False
+    fallback_for: str | None = None
+    reference: tuple[float, str, str] | None = None  # (value, line label, title note) drawn on the chart
+    null_metric: str | None = None  # the metric whose value is the chart's null line instead
+    chart_title: str | None = None  # instead of its label; "{entity}" is replaced
+    axis_max: float = 1.0  # the chart's axis reaches at least this
+    per_feature_count: bool = False  # comparable only between feature sets of one feature count
+    split: str | None = None  # per-gene metrics: only genes evaluated on this split (batch or random)
 
     @property
     def direction(self) -> str:
@@ -151,17 +220,19 @@ def sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+_CHANCE = (0.5, "chance", "")
+_EVEN = (0.0, "even", "0 = spread evenly")  # importance spread evenly over the features scores 0
 METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("auroc_heldout", "AUROC, held-out batches ({entity}s evaluated on held-out batches)", True, "gene",
-           "auroc_mean", compared=True, short="AUROC, held-out batches"),
+           "auroc_mean", compared=True, short="AUROC, held-out batches", chart=True, reference=_CHANCE, split="batch"),
     Metric("auroc_random_split", "AUROC, random split ({entity}s seen in one batch only)", True, "gene",
-           "auroc_mean"),
+           "auroc_mean", chart=True, fallback_for="auroc_heldout", reference=_CHANCE, split="random"),
     Metric("auroc_within", "AUROC, within batch (random split)", True, "gene", "auroc_within",
            short="AUROC, within batch"),
     Metric("sparsity", "Hoyer sparsity of importances", True, "gene", "sparsity", compared=True,
-           short="Hoyer sparsity"),
+           short="Hoyer sparsity", chart=True, reference=_EVEN, per_feature_count=True),
     Metric("concentration", "Concentration in top 25%", True, "gene", "concentration", compared=True,
-           short="concentration (top 25%)"),
+           short="concentration (top 25%)", chart=True, reference=_EVEN, axis_max=0.5),
     Metric("map_mean", "mAP vs controls", True, "activity"),
     Metric("active_fraction", "Fraction of perturbations active (FDR 5%)", True, "activity"),
     Metric("batch_accuracy", "Batch classifier balanced accuracy, logistic (controls)", False, "batch",
@@ -171,7 +242,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("chance_accuracy", "... chance level", None, "batch", short="... chance"),
     Metric("silhouette", "Batch silhouette (controls)", False, "batch", target=0.0),
     Metric("knn_mixing", "kNN batch mixing (1 = mixed)", True, "batch", short="kNN batch mixing"),
-    Metric("recall", "{entity} map: recall of known relationships (all sources)", True, "map"),
+    Metric("recall", "{entity} map: recall of known relationships (all sources)", True, "map", chart=True,
+           null_metric="recall_null", chart_title="{entity} map: recall of known pairs (95% interval)"),
     Metric("recall_null", "... recall expected by chance", None, "map"),
     Metric("guide_consistent_fraction", "{entity} map: {entity}s whose replicates agree (guides, else wells; "
            "FDR 5%)", True, "map"),
@@ -223,7 +295,26 @@ CLAIMS = (
           (("concentration", "pca_rand", "base"), ("concentration", "pca", "pca_rand"),
            ("concentration", "pca_ica", "pca"))),
 )
-BATCH_CLAIM = "Batch signal removed: batch classifiers on controls less accurate on PCA+ICA than on Base"
 # Every claim's winner (the variant it says is best) is compared with each baseline on the claim's metrics.
 CLAIM_WINNER = CLAIMED_ORDER[0]
-RECALL_CLAIM = "Known relationships: PCA+ICA's {entity} map recalls more known pairs than PCA's and PCA+Rand's"
+
+
+@dataclass(frozen=True)
+class IntervalClaim:
+    """A claim judged from intervals rather than paired tests: ``better`` beats every one of
+    ``others`` on each of ``metrics`` (the batch claim: lower batch accuracy; the recall claim:
+    a recall difference above 0)."""
+
+    name: str  # "{entity}" is replaced by what the perturbations are called
+    better: str
+    others: tuple[str, ...]
+    metrics: tuple[str, ...]
+
+
+BATCH_CLAIM = IntervalClaim(
+    "Batch signal removed: batch classifiers on controls less accurate on PCA+ICA than on Base",
+    CLAIM_WINNER, (REFERENCE_VARIANT,), tuple(m for m in metrics_of("batch") if METRICS[m].higher_is_better is False
+                                              and METRICS[m].target is None))
+RECALL_CLAIM = IntervalClaim(
+    "Known relationships: PCA+ICA's {entity} map recalls more known pairs than PCA's and PCA+Rand's",
+    CLAIM_WINNER, CLAIMED_ORDER[1:3], ("recall",))

@@ -5,7 +5,7 @@
 # untrained: the MAE's initial weights, embedded by the rule embed (model tag untrained);
 # classical: cp_measure's profiles from the rule profile_tiles (model tag cp_measure).
 
-if config["source"] != "features":
+if PLAN.has_images:
 
     rule untrained_mae:
         input:

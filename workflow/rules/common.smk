@@ -1,6 +1,5 @@
 # The run plan (cellica.plan) decides everything: these names and helpers only ask it.
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -37,13 +36,13 @@ for line in PLAN.warnings + [unset_profile_settings(DEFAULT_RESOURCES)]:
         logger.warning(f"cellica: warning: {line}")
 
 RESULTS, REPORTS, LOGS, BENCH, TILES = PLAN.results, PLAN.reports, PLAN.logs, PLAN.bench, PLAN.tiles
-MODEL_TAG, MODEL, EMB_OF, WELLS_OF = PLAN.model_tag, PLAN.model_of, PLAN.emb_of, PLAN.wells_of
-EMB, WELLS = PLAN.emb, PLAN.wells
+MODEL, EMB_OF, WELLS_OF = PLAN.model_of, PLAN.emb_of, PLAN.wells_of
+TRAINED_MODELS, ENCODER_MODELS = PLAN.model_patterns()
+EMB = PLAN.emb
 N_SHARDS, GPU_RESOURCES = PLAN.n_shards, PLAN.gpu_resources
-VARIANTS, FEATURES, SEEDS, SEEDED, SEED_FEATURES = (PLAN.variants, PLAN.features, PLAN.seeds, PLAN.seeded,
-                                                    PLAN.seed_features_of)
+VARIANTS, FEATURES, SEEDED, SEED_FEATURES = PLAN.variants, PLAN.features, PLAN.seeded, PLAN.seed_features_of
 EVAL, SUMMARY, N_CHUNKS, N_PAGE_CHUNKS = PLAN.eval, PLAN.summary, PLAN.n_chunks, PLAN.n_page_chunks
-ENTITY, STABILITY, ALIGNMENT, CONFIG_HASH = PLAN.entity, PLAN.stability, PLAN.alignment, PLAN.hash
+ENTITY, ALIGNMENT, CONFIG_HASH = PLAN.entity, PLAN.alignment, PLAN.hash
 CONFIG_FILE = (workflow.overwrite_configfiles or [DEMO_CONFIG])[-1]
 ENVIRONMENT = PLAN.environment
 BASELINES = PLAN.baselines

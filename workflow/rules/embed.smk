@@ -3,11 +3,11 @@
 # tiles in shards instead (profiles.enabled); or import a user's own features table.
 # The optional stability target uses the same rules with a second and third seed.
 
-if config["source"] == "features":
+if PLAN.imports_features:
 
     rule import_features:
         input:
-            table=config["features"]["path"],
+            table=PLAN.features_table,
         output:
             EMB,
         log:
@@ -40,8 +40,8 @@ else:
         conda:
             CONDA_ENV
         wildcard_constraints:
-            model=r"seed-?\d+",
-        threads: config["mae"]["threads"]
+            model=TRAINED_MODELS,
+        threads: PLAN.threads("mae")
         resources:
             mem_mb=8000,
             runtime=240,
@@ -83,14 +83,14 @@ else:
         output:
             temp(f"{RESULTS}/embeddings/{{model}}/shards/{{shard}}-of-{N_SHARDS}.h5ad"),
         wildcard_constraints:
-            model=r"seed-?\d+|checkpoint|untrained",
+            model=ENCODER_MODELS,
         log:
             f"{LOGS}/embed/{{model}}/{{shard}}-of-{N_SHARDS}.log",
         benchmark:
             f"{BENCH}/embed/{{model}}/{{shard}}-of-{N_SHARDS}.tsv"
         conda:
             CONDA_ENV
-        threads: config["embed"]["threads"]
+        threads: PLAN.threads("embed")
         resources:
             mem_mb=8000,
             runtime=240,

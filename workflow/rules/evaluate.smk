@@ -21,7 +21,7 @@ rule evaluate_chunk:
     params:
         args=cli_args("evaluate", EvalParams),
         n_chunks=N_CHUNKS,
-        truth=lambda wildcards, input: f"--truth {shlex.quote(input.truth)}" if "truth" in input.keys() else "",
+        truth=PLAN.optional("--truth", "truth"),
     shell:
         "cellica evaluate --features {input.features:q} --out {output.per_gene:q}"
         " --importances-out {output.importances:q} --chunk {wildcards.chunk}/{params.n_chunks}"
@@ -70,7 +70,7 @@ rule batch_metrics:
         runtime=60,
     params:
         args=cli_args("evaluate", EvalParams),
-        truth=lambda wildcards, input: f"--truth {shlex.quote(input.truth)}" if "truth" in input.keys() else "",
+        truth=PLAN.optional("--truth", "truth"),
     shell:
         "cellica batch-metrics {input.features:q} {params.truth} --out {output.batch:q} --activity-out {output.activity:q} {params.args} 2> {log:q}"
 

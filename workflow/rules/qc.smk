@@ -18,7 +18,7 @@ rule qc_tables:
         mem_mb=4000,
         runtime=60,
     params:
-        store=lambda wildcards, input: f"--store {shlex.quote(input.tiles)}" if "tiles" in input.keys() else "",
+        store=PLAN.optional("--store", "tiles"),
         out=lambda wildcards, output: os.path.dirname(output[0]),
     shell:
         "cellica qc --features {input.features:q} {params.store} --out {params.out:q} 2> {log:q}"

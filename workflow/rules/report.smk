@@ -8,15 +8,9 @@ REPORT_ARGS = (
     " --entity {params.entity:q} {params.maps} --qc {input.qc:q} {params.args} --out {params.reports:q}"
 )
 REPORT_PARAMS = {
-    "store": lambda wildcards, input: f"--store {shlex.quote(input.tiles)}" if "tiles" in input.keys() else "",
-    "alignment": lambda wildcards, input: (
-        f"--alignment {shlex.quote(input.alignment)}" if "alignment" in input.keys() else ""
-    ),
-    "maps": lambda wildcards, input: (
-        f"--recall {shlex.quote(input.recall)} --maps " + " ".join(shlex.quote(m) for m in input.maps)
-        if "maps" in input.keys()
-        else ""
-    ),
+    "store": PLAN.optional("--store", "tiles"),
+    "alignment": PLAN.optional("--alignment", "alignment"),
+    "maps": PLAN.optional("--recall", "recall", more=("--maps", "maps")),
     "config_hash": CONFIG_HASH,
     "reports": REPORTS,
     "entity": ENTITY,

@@ -1,7 +1,7 @@
 # Stage 1: the tile store, either simulated (the demo) or ingested from image files.
 
 
-if config["source"] == "simulate":
+if PLAN.simulates:
 
     rule simulate:
         output:
@@ -39,11 +39,11 @@ if config["source"] == "simulate":
         shell:
             "cellica export-truth {input:q} --out {output:q} 2> {log:q}"
 
-elif config["source"] == "ingest":
+elif PLAN.ingests:
 
     rule ingest:
         input:
-            manifest=config["ingest"]["manifest"],
+            manifest=PLAN.manifest,
         output:
             directory(TILES),
         log:
@@ -62,7 +62,7 @@ elif config["source"] == "ingest":
             "cellica ingest --manifest {input.manifest:q} --out {output:q} {params.args} 2> {log:q}"
 
 
-if config["source"] != "features":
+if PLAN.has_images:
 
     rule inspect_tiles:
         input:

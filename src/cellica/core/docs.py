@@ -36,3 +36,45 @@ def markdown(table: pd.DataFrame, floatfmt: str = ".3f") -> str:
                 cells.append(str(v).replace("|", "\\|"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def code_layout(package: str | Path) -> str:
+    """The package's picture for docs/stages.md, read from the code itself: each sub-package and
+    top-level module in import order (a package only imports those above it), with the cellica
+    packages it imports, and each module with the first sentence of its docstring."""
+    import ast
+
+    root = Path(package)
+
+    def unit(path: Path) -> str:
+        rel = path.relative_to(root)
+        return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+    modules = sorted(p for p in root.rglob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    units = sorted({unit(p) for p in modules})
+    imports: dict[str, set[str]] = {u: set() for u in units}
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == root.name and len(parts) > 1 and parts[1] in imports and parts[1] != unit(path):
+                    imports[unit(path)].add(parts[1])
+    order: list[str] = []
+    while len(order) < len(units):  # import order; a cycle would show as the alphabetical rest
+        ready = [u for u in units if u not in order and imports[u] <= set(order)] or \
+            [next(u for u in units if u not in order)]
+        order += ready
+    lines = []
+    for u in order:
+        deps = ", ".join(d for d in order if d in imports[u]) or "nothing of cellica"
+        own = [p for p in modules if unit(p) == u]
+        lines.append(f"{u + ('/' if (root / u).is_dir() else '.py'):13} imports {deps}")
+        for path in own:
+            doc = (ast.get_docstring(ast.parse(path.read_text())) or "").split("\n\n")[0].replace("\n", " ")
+            first = doc.split(". ")[0].rstrip(".")
+            first = first if len(first) <= 96 else first[:95].rsplit(" ", 1)[0] + " \u2026"
+            name = path.relative_to(root / u).as_posix() if (root / u).is_dir() else ""
+            lines.append(f"  {name:22} {first}" if name else f"  {first}")
+    return "```\n" + "\n".join(lines) + "\n```"

@@ -45,7 +45,8 @@ def param(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, i
     help
         One or two sentences: what it does, its unit, when to change it.
     choices, item_choices
-        Allowed values of the field, or of each item of a list field.
+        Allowed values of the field, or of each item of a list field. A registry's dict
+        (:mod:`cellica.registry`) is kept, not copied: an entry added to it is allowed at once.
     ge, le, gt, lt
         Bounds of a number (each item's, for a list of numbers).
     length, min_items, unique
@@ -64,8 +65,10 @@ def param(default: Any = dataclasses.MISSING, help: str = "", *, choices=None, i
         with such a default leaves finished results up to date (Snakemake re-runs a job whose
         command's options changed).
     """
-    meta = {"help": help, "choices": tuple(choices) if choices is not None else None,
-            "item_choices": tuple(item_choices) if item_choices is not None else None,
+    def kept(values):
+        return values if values is None or isinstance(values, dict) else tuple(values)
+
+    meta = {"help": help, "choices": kept(choices), "item_choices": kept(item_choices),
             "ge": ge, "le": le, "gt": gt, "lt": lt, "length": length, "min_items": min_items,
             "unique": unique, "ordered": ordered, "cli": cli, "config": config, "same_outputs": same_outputs}
     if isinstance(default, list | dict):

@@ -140,29 +140,31 @@ def _part_text(better: str, worse: str, r) -> str:
 
 
 def _batch_claim(batch: pd.DataFrame | None) -> dict:
-    """Holds when each batch classifier's interval on pca_ica lies below base's, fails when above."""
-    name = BATCH_CLAIM
-    if batch is None or batch.empty or not {"base", "pca_ica"} <= set(batch["variant"]):
-        return {"claim": name, "verdict": "not tested", "detail": "needs the base and pca_ica batch metrics",
-                "sentence": "Not tested: it needs the base and pca_ica batch metrics.", "decides": ""}
+    """Holds when each batch classifier's interval on the winner lies below the reference's, fails when above
+    (:data:`cellica.registry.BATCH_CLAIM`)."""
+    claim = BATCH_CLAIM
+    name, win, (ref,) = claim.name, claim.better, claim.others
+    if batch is None or batch.empty or not {ref, win} <= set(batch["variant"]):
+        return {"claim": name, "verdict": "not tested", "detail": f"needs the {ref} and {win} batch metrics",
+                "sentence": f"Not tested: it needs the {ref} and {win} batch metrics.", "decides": ""}
     b = batch.set_index("variant")
     verdicts, parts = [], []
-    for col in ("batch_accuracy", "batch_accuracy_lgbm"):
-        if f"{col}_ci_low" not in b or not np.isfinite(b.loc[["base", "pca_ica"], f"{col}_ci_low"]).all():
+    for col in claim.metrics:
+        if f"{col}_ci_low" not in b or not np.isfinite(b.loc[[ref, win], f"{col}_ci_low"]).all():
             continue
-        lo_i, hi_i = b.loc["pca_ica", [f"{col}_ci_low", f"{col}_ci_high"]]
-        lo_b, hi_b = b.loc["base", [f"{col}_ci_low", f"{col}_ci_high"]]
+        lo_i, hi_i = b.loc[win, [f"{col}_ci_low", f"{col}_ci_high"]]
+        lo_b, hi_b = b.loc[ref, [f"{col}_ci_low", f"{col}_ci_high"]]
         v = "holds" if hi_i < lo_b else "fails" if lo_i > hi_b else "inconclusive"
         verdicts.append(v)
-        parts.append(f"{col}: pca_ica {b.loc['pca_ica', col]:.3f} [{lo_i:.3f}, {hi_i:.3f}] vs base "
-                     f"{b.loc['base', col]:.3f} [{lo_b:.3f}, {hi_b:.3f}] (chance {b.loc['base', 'chance_accuracy']:.3f})")
+        parts.append(f"{col}: {win} {b.loc[win, col]:.3f} [{lo_i:.3f}, {hi_i:.3f}] vs {ref} "
+                     f"{b.loc[ref, col]:.3f} [{lo_b:.3f}, {hi_b:.3f}] (chance {b.loc[ref, 'chance_accuracy']:.3f})")
     if not verdicts:
         return {"claim": name, "verdict": "not tested", "detail": "no batch classifier could be cross-validated",
                 "sentence": "Not tested: no batch classifier could be cross-validated.", "decides": ""}
     verdict = "holds" if all(v == "holds" for v in verdicts) else "fails" if "fails" in verdicts else "inconclusive"
-    sentence = {"holds": "pca_ica's batch classifiers are less accurate than base's: less batch information is left.",
-                "fails": "pca_ica's batch classifiers are more accurate than base's: more batch information is left.",
-                "inconclusive": "The batch classifiers' 95% intervals on pca_ica and base overlap."}[verdict]
+    sentence = {"holds": f"{win}'s batch classifiers are less accurate than {ref}'s: less batch information is left.",
+                "fails": f"{win}'s batch classifiers are more accurate than {ref}'s: more batch information is left.",
+                "inconclusive": f"The batch classifiers' 95% intervals on {win} and {ref} overlap."}[verdict]
     return {"claim": name, "verdict": verdict, "detail": "; ".join(parts) + " (95% bootstrap intervals over controls)",
             "sentence": sentence, "decides": parts[verdicts.index(verdict) if verdict in verdicts else 0]}
 
@@ -171,23 +173,25 @@ def recall_claim(differences: pd.DataFrame, entity: str = "gene") -> dict:
     """Holds when both paired recall differences (all sources pooled) have intervals above 0,
     fails when either lies below 0 (gene bootstrap, :mod:`cellica.maps.recall`). ``entity``
     (what the perturbations are called) words the claim."""
-    name = RECALL_CLAIM.format(entity=entity)
-    d = differences[(differences["source"] == "all") & (differences["variant"] == "pca_ica")].set_index("baseline")
+    claim = RECALL_CLAIM
+    name, win, others = claim.name.format(entity=entity), claim.better, claim.others
+    d = differences[(differences["source"] == "all") & (differences["variant"] == win)].set_index("baseline")
     verdicts, parts = [], []
-    for other in ("pca", "pca_rand"):
+    for other in others:
         if other in d.index and d.loc[other, "n_pairs"] == 0:
-            parts.append(f"pca_ica > {other}: not compared (no known pair has both members in the map)")
+            parts.append(f"{win} > {other}: not compared (no known pair has both members in the map)")
             continue
         if other not in d.index or not np.isfinite(d.loc[other, "ci_low"]):
-            parts.append(f"pca_ica > {other}: not compared")
+            parts.append(f"{win} > {other}: not compared")
             continue
         r = d.loc[other]
         verdicts.append("higher" if r["ci_low"] > 0 else "lower" if r["ci_high"] < 0 else "inconclusive")
-        parts.append(f"pca_ica - {other} = {r['difference']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}], "
+        parts.append(f"{win} - {other} = {r['difference']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}], "
                      f"{int(r['n_pairs'])} known pairs ({verdicts[-1]})")
     verdict = ("not tested" if not verdicts else "fails" if "lower" in verdicts
-               else "holds" if all(v == "higher" for v in verdicts) and len(verdicts) == 2 else "inconclusive")
-    tested = d.loc[[o for o in ("pca", "pca_rand") if o in d.index]]
+               else "holds" if all(v == "higher" for v in verdicts) and len(verdicts) == len(others)
+               else "inconclusive")
+    tested = d.loc[[o for o in others if o in d.index]]
     if verdicts and np.allclose(tested[["difference", "ci_low", "ci_high"]].to_numpy(float), 0, atol=1e-12):
         # Cosine similarity is unchanged by an orthogonal rotation, and ICA's and the random
         # rotation are orthogonal maps of the same whitened space: equal by construction.
@@ -197,8 +201,8 @@ def recall_claim(differences: pd.DataFrame, entity: str = "gene") -> dict:
                 "sentence": "Not tested: the three maps are identical by construction (cosine similarity does not "
                             "change under the rotation that separates them).", "decides": ""}
     why = f" (95% intervals, {entity}s resampled)" if verdicts else ""
-    sentence = {"holds": "pca_ica's map recalls more known pairs than pca's and pca_rand's.",
-                "fails": "pca_ica's map recalls fewer known pairs than another's.",
+    sentence = {"holds": f"{win}'s map recalls more known pairs than " + " and ".join(f"{o}'s" for o in others) + ".",
+                "fails": f"{win}'s map recalls fewer known pairs than another's.",
                 "inconclusive": "The recall differences' 95% intervals include 0.",
                 "not tested": "Not tested: " + "; ".join(parts) + "."}[verdict]
     decisive = [p for p, v in zip([p for p in parts if "not compared" not in p], verdicts, strict=True)

@@ -29,7 +29,7 @@ import pandas as pd
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.evaluate.power import power_note
-from cellica.registry import BASELINES, CLAIM_WINNER, COMPARED_METRICS, GENE_METRICS, PAIRS
+from cellica.registry import BASELINES, CLAIM_WINNER, COMPARED_METRICS, METRICS, PAIRS
 
 log = get_logger("compare")
 
@@ -91,15 +91,11 @@ def gene_values(per_gene: pd.DataFrame) -> pd.DataFrame:
         ok["seed"] = 0
     split = ok["split"] if "split" in ok else pd.Series("batch", index=ok.index)
     parts = []
-    for metric, m in GENE_METRICS.items():
+    for metric, m in METRICS.items():  # the registry's, read live: a metric added is a metric computed
         column = m.column
-        if column not in ok:
+        if column is None or column not in ok:
             continue
-        rows = ok
-        if metric == "auroc_heldout":
-            rows = ok[split == "batch"]
-        elif metric == "auroc_random_split":
-            rows = ok[split == "random"]
+        rows = ok if m.split is None else ok[split == m.split]
         parts.append(pd.DataFrame({"variant": rows["variant"].astype(str), "gene": rows["gene"].astype(str),
                                    "seed": rows["seed"].astype(int), "metric": metric,
                                    "value": rows[column].astype(float)}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cellica.core.params import Params, param
-from cellica.registry import BASELINE_NAMES
+from cellica.registry import BASELINE_NAMES, BASELINES, DEFAULT_BASELINES
 
 BINNINGS = ("lightgbm", "controls")
 
@@ -82,12 +82,12 @@ class BaselineParams(Params):
 
     section = "baselines"
 
-    names: list[str] = param(["cell_count", "untrained"], "Which baselines to evaluate beside the variants: "
+    names: list[str] = param(list(DEFAULT_BASELINES), "Which baselines to evaluate beside the variants: "
                              + ", ".join(BASELINE_NAMES) + ". One that does not apply to the run (untrained with "
                              "mae.checkpoint, profiles.enabled or source features, classical with profiles.enabled "
                              "or source features, cell_count of "
                              "imported features without cell_count_column) is left out and the run log says why. "
-                             "classical needs cp_measure (the profiles extra).", item_choices=BASELINE_NAMES,
+                             "classical needs cp_measure (the profiles extra).", item_choices=BASELINES,
                              unique=True, cli=False)
     cell_count_column: str | None = param(None, "Imported features only: the column (in `.obs`, e.g. "
                                           "Metadata_Count_Cells, or a feature) holding each sample's cell count.")

@@ -79,11 +79,11 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
 def _with_intervals(t: pd.DataFrame) -> pd.DataFrame:
     """Per-variant columns as long rows; ``X_ci_low`` / ``X_ci_high`` columns become X's interval."""
     long = t.reset_index().melt(id_vars="variant", var_name="metric")
-    bounds = long["metric"].str.extract(r"^(?P<base>.+)_ci_(?P<side>low|high)$")
-    is_bound = bounds["base"].notna()
+    bounds = long["metric"].str.extract(r"^(?P<name>.+)_ci_(?P<side>low|high)$")
+    is_bound = bounds["name"].notna()
     out = long[~is_bound].assign(table="per_variant", row="mean")
     for side in ("low", "high"):
-        b = long[is_bound & (bounds["side"] == side)].assign(metric=bounds["base"])
+        b = long[is_bound & (bounds["side"] == side)].assign(metric=bounds["name"])
         out = out.merge(b.rename(columns={"value": f"ci_{side}"}), on=["variant", "metric"], how="left")
     return out
 

@@ -19,6 +19,7 @@ from cellica.qc.layout import (
     position_offsets,
     well_layouts,
 )
+from cellica.registry import REFERENCE_VARIANT
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,7 +67,7 @@ def qc_tables(features: dict[str, str | os.PathLike], out_dir: str | os.PathLike
     missing = [str(p) for p in features.values() if not Path(p).is_file()]
     if missing:
         raise CellicaError(f"qc: features file(s) {missing} do not exist (run the transform stage first)")
-    base = Path(features.get("base") or next(iter(features.values())))
+    base = Path(features.get(REFERENCE_VARIANT) or next(iter(features.values())))
     a = read_sealed(base, backed=True)  # checked against its seal, block by block
     try:
         obs = check_obs(a.obs.copy(), str(base))

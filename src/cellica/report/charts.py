@@ -25,7 +25,7 @@ def metric_row(metric, label, higher, means, variants, n_features, ref) -> dict[
             cells.append({"text": "n/a", "best": False, "title": ""})
             continue
         r = means.loc[(metric, v)]
-        comparable = not (metric == "sparsity" and ref is not None and n_features.get(v) != ref)
+        comparable = not (METRICS[metric].per_feature_count and ref is not None and n_features.get(v) != ref)
         if comparable:
             vals[v] = round(float(r["value"]), 3)
         note = "" if comparable else f"not comparable: {int(n_features.get(v, 0))} features vs {int(ref)}"
@@ -49,16 +49,16 @@ def ci_chart(metric, means, variants, entity: str) -> str:
                   float(means.loc[(metric, v)].get("ci_high", np.nan))) for v in vs]
     finite = [x for x in vals + [b for pair in intervals for b in pair] if x == x] or [1.0]
     lo = min(0.0, min(finite))  # bars start at 0: their lengths compare as the values do
-    title = METRICS[metric].text(entity).split(" (")[0] + f" (mean over {entity}s, 95% interval)"
-    reference = {"reference": 0.5, "reference_label": "chance"} if metric.startswith("auroc") else {}
-    if metric in ("sparsity", "concentration"):  # importance spread evenly over the features scores 0
-        title = title.replace(", 95% interval)", ", 95% interval; 0 = spread evenly)")
-        reference = {"reference": 0.0, "reference_label": "even"}
-    if metric == "recall":  # known pairs of the maps, with what chance alone recalls
-        null = [float(means.loc[("recall_null", v), "value"]) for v in vs if ("recall_null", v) in means.index]
-        title = sentence(f"{entity} map: recall of known pairs (95% interval)")
+    m = METRICS[metric]
+    note = f"; {m.reference[2]}" if m.reference and m.reference[2] else ""
+    title = m.text(entity).split(" (")[0] + f" (mean over {entity}s, 95% interval{note})"
+    reference = {"reference": m.reference[0], "reference_label": m.reference[1]} if m.reference else {}
+    if m.chart_title:
+        title = sentence(m.chart_title.format(entity=entity))
+    if m.null_metric:  # e.g. known pairs of the maps, with what chance alone recalls
+        null = [float(means.loc[(m.null_metric, v), "value"]) for v in vs if (m.null_metric, v) in means.index]
         reference = {"reference": null[0], "reference_label": "null"} if null else {}
-    return bar_chart(vs, vals, title, vmin=lo, vmax=max(1.0 if metric != "concentration" else 0.5, max(finite)),
+    return bar_chart(vs, vals, title, vmin=lo, vmax=max(m.axis_max, max(finite)),
                      colors=[set_colour(v) for v in vs], intervals=intervals, **reference)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.registry import BASELINES, METRICS, variant_order
+from cellica.registry import BASELINES, variant_order
 from cellica.report.svg import number
 
 log = get_logger("report")
@@ -22,8 +22,6 @@ log = get_logger("report")
 
 # Per-variant metrics (cellica.registry): (label, higher is better? None: no direction).
 # Means over genes carry a 95% bootstrap interval; the batch classifiers one over controls.
-VARIANT_METRICS = {name: (m.label, m.higher_is_better) for name, m in METRICS.items() if m.kind != "count"}
-COUNT_METRICS = {name: m.label for name, m in METRICS.items() if m.kind == "count"}
 
 
 MISSED_AUROC = 0.6  # a simulated strong effect that no variant detects above this is flagged on its page

@@ -23,12 +23,10 @@ from cellica.core.errors import CellicaError
 from cellica.core.jobtimes import stage_times
 from cellica.core.logs import get_logger, progress
 from cellica.core.names import safe_filename
-from cellica.registry import METRICS, sentence
+from cellica.registry import CLAIMED_ORDER, METRICS, VARIANTS, sentence
 from cellica.report.charts import ci_chart, gene_charts, importance_bars, metric_row
 from cellica.report.content import (
     CLAIM_COLUMNS,
-    COUNT_METRICS,
-    VARIANT_METRICS,
     ReportInputs,
     _env,
     _fmt,
@@ -93,20 +91,20 @@ class ReportBuilder:
         counts = s[(s["table"] == "per_variant") & (s["row"] == "count")].pivot(index="metric", columns="variant",
                                                                                 values="value")
         n_features = counts.loc["n_features"].to_dict() if "n_features" in counts.index else {}
-        ref = n_features.get("pca_ica", n_features.get("pca"))
-        metric_rows = [metric_row(metric, METRICS[metric].text(entity), higher, means, variants, n_features, ref)
-                       for metric, (_, higher) in VARIANT_METRICS.items()
-                       if metric in means.index.get_level_values(0)]
-        count_rows = [{"label": sentence(label.format(entity=entity)),
-                       "cells": [_fmt(int(counts.loc[m, v])) if v in counts.columns and counts.loc[m, v] == counts.loc[m, v]
-                                 else "n/a" for v in variants]}
-                      for m, label in COUNT_METRICS.items() if m in counts.index]
+        # Sparsity compares at the whitened feature count: the first whitened variant in the claims' order.
+        ref = next((n_features[v] for v in CLAIMED_ORDER if v in n_features and "pca" in VARIANTS[v].steps), None)
+        shown = set(means.index.get_level_values(0))
+        metric_rows = [metric_row(name, m.text(entity), m.higher_is_better, means, variants, n_features, ref)
+                       for name, m in METRICS.items() if m.kind != "count" and name in shown]
+        count_rows = [{"label": sentence(m.label.format(entity=entity)),
+                       "cells": [_fmt(int(counts.loc[name, v])) if v in counts.columns
+                                 and counts.loc[name, v] == counts.loc[name, v] else "n/a" for v in variants]}
+                      for name, m in METRICS.items() if m.kind == "count" and name in counts.index]
         rows = gene_rows(self.per_gene, self.genes, self.variants, self.links)
         # A chart per metric with a value to draw (no held-out AUROC: the random split's instead).
-        drawn = means["value"].dropna().index.get_level_values(0)
-        auroc = "auroc_heldout" if "auroc_heldout" in drawn else "auroc_random_split"
-        charts = [ci_chart(metric, means, variants, entity) for metric in (auroc, "sparsity", "concentration",
-                                                                                 "recall") if metric in drawn]
+        drawn = set(means["value"].dropna().index.get_level_values(0))
+        charts = [ci_chart(name, means, variants, entity) for name, m in METRICS.items()
+                  if m.chart and name in drawn and m.fallback_for not in drawn]
         return {"variants": variants, "gene_variants": self.variants, "metric_rows": metric_rows,
                 "count_rows": count_rows, "gene_rows": rows[:self.page_size], "charts": charts, "entity": entity,
                 "all_rows": rows, "n_rows": len(rows), "prefix": "", "page": None,

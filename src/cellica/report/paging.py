@@ -43,7 +43,7 @@ def no_split_sets(per_gene: pd.DataFrame) -> dict[str, tuple[list[str], list[str
     """Per gene, the feature sets none of whose classifiers made a split (AUROC 0.5 by
     construction): (variants, baselines). A flag names them; only a variant's marks the gene,
     since a baseline (the one-feature cell count) failing says nothing of the gene's variants."""
-    from cellica.registry import BASELINE_NAMES
+    from cellica.registry import BASELINES
 
     if "no_split" not in per_gene or not per_gene["no_split"].astype(bool).any():
         return {}
@@ -51,18 +51,18 @@ def no_split_sets(per_gene: pd.DataFrame) -> dict[str, tuple[list[str], list[str
     out: dict[str, tuple[list[str], list[str]]] = {}
     for gene, sets in hit.groupby(hit["gene"].astype(str))["variant"]:
         names = list(dict.fromkeys(map(str, sets)))
-        out[gene] = ([v for v in names if v not in BASELINE_NAMES], [v for v in names if v in BASELINE_NAMES])
+        out[gene] = ([v for v in names if v not in BASELINES], [v for v in names if v in BASELINES])
     return out
 
 
 def no_split_notes(rows: pd.DataFrame, sets: list[str]) -> list[dict[str, Any]]:
     """A gene page's notes on the feature sets (``rows`` indexed by set) whose classifiers made no
     split: the set, whether it is a baseline, and the evaluation's reason, shown at the top."""
-    from cellica.registry import BASELINE_NAMES
+    from cellica.registry import BASELINES
 
     if "no_split" not in rows:
         return []
-    return [{"set": v, "baseline": v in BASELINE_NAMES, "reason": str(rows.loc[v].get("no_split_reason") or "")}
+    return [{"set": v, "baseline": v in BASELINES, "reason": str(rows.loc[v].get("no_split_reason") or "")}
             for v in sets if bool(rows.loc[v]["no_split"])]
 
 

@@ -9,18 +9,21 @@ from html import escape
 
 PALETTE = ["#1b6ca8", "#d1495b", "#2e933c", "#edae49", "#7b2cbf", "#00798c", "#6c757d", "#f17300"]
 # One colour per feature set across every page: the registry's variants, then its baselines, in order.
+# One colour per registered feature set, in the registry's order: 20 distinct (the second ten darker);
+# past 20 they repeat.
 SET_PALETTE = ("#1b6ca8", "#d1495b", "#2e933c", "#edae49", "#7b2cbf", "#00798c", "#8c564b", "#6c757d", "#e377c2",
-               "#f17300")
+               "#f17300", "#0b3c5d", "#8f2d56", "#1d5c2a", "#a8791f", "#4a1a7a", "#004e5a", "#5c3a32", "#2b3035",
+               "#a14d8c", "#a34f00")
 OTHER_SET = "#9a9a9a"  # a feature set the registry does not name
 LABEL_CHARS = 30  # a bar's label longer than this is cut with an ellipsis (the whole name in its tooltip)
 
 
 def set_colour(name: str) -> str:
     """The colour of feature set ``name`` wherever the report draws it (bars, curves, legends)."""
-    from cellica.registry import BASELINE_NAMES, VARIANT_NAMES
+    from cellica.registry import BASELINES, VARIANTS
 
-    names = (*VARIANT_NAMES, *BASELINE_NAMES)
-    return SET_PALETTE[names.index(name)] if name in names else OTHER_SET
+    names = (*VARIANTS, *BASELINES)  # the registry's order, read live
+    return SET_PALETTE[names.index(name) % len(SET_PALETTE)] if name in names else OTHER_SET
 
 
 def _cut(text: str, chars: int = LABEL_CHARS) -> str:

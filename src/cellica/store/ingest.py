@@ -11,11 +11,12 @@ tiles, optionally intensity-normalised per plate, and written to the store.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -24,42 +25,45 @@ from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.names import missing_columns_message
 from cellica.core.remote import is_url, join, parent, read_bytes, redact
+from cellica.store.image_files import FIELD_KEYS
 from cellica.store.metadata import REQUIRED_COLUMNS
 from cellica.store.params import IngestParams
 from cellica.store.tilestore import TileStore
 
 log = get_logger("ingest")
 
-MANIFEST_COLUMNS = ("path", "plate", "well", "site", "channel", "batch", "perturbation")
-# ingest.format: ome_zarr: one row per well, its path the OME-Zarr plate (cellica.store.omezarr)
-PLATE_MANIFEST_COLUMNS = ("path", "plate", "well", "batch", "perturbation")
-FIELD_KEYS = ("batch", "plate", "well", "site")
 
 
-def _one_slot_per_file(df: pd.DataFrame, path) -> None:
-    """A file listed twice would fill two channels (or fields) with one image, also when it is
-    reached under two names (a link, ``a/../b``): local files are compared by identity."""
-    ident = pd.Series([_file_identity(f) for f in df["_file"]], index=df.index)
-    same_file = ident.duplicated(keep=False)
-    if same_file.any():
-        first = df[same_file].iloc[0]
-        rows = (np.flatnonzero((ident == ident[first.name]).to_numpy())[:4] + 2).tolist()
-        names = sorted(set(df.loc[ident == ident[first.name], "path"].astype(str)))
-        raise CellicaError(f"manifest {path}: image file {first['path']!r} is listed more than once (rows {rows}"
-                           + (f"; one file under the names {names[:3]}" if len(names) > 1 else "")
-                           + "); each file fills one channel of one field")
+class FieldSource(Protocol):
+    """An image format ingestion reads fields from (``ingest.format``; registered in
+    :data:`cellica.registry.FORMATS`): the manifest columns it needs, the checks of a whole
+    manifest, the fields grouped with their images, and what the store's provenance records.
+
+    ``groups`` holds one ``(key, manifest row, images)`` per field, in the store's order;
+    :meth:`load` turns a field's ``images`` into a (channels, height, width) array.
+    """
+
+    columns: tuple[str, ...]
+    p: IngestParams
+    groups: list[tuple[Any, pd.Series, list[Any]]]
+    skipped: list[dict[str, Any]]
+
+    @classmethod
+    def check_manifest(cls, df: pd.DataFrame, path: str) -> None: ...
+
+    def __init__(self, manifest: pd.DataFrame, p: IngestParams, source: str): ...
+
+    def load(self, images: list[Any]) -> np.ndarray: ...
+
+    def provenance(self) -> dict[str, Any]: ...
 
 
-def _file_identity(f: str) -> str:
-    """What makes two manifest paths one file: the device and inode of a local file (a link and its
-    target are one), else the path."""
-    if is_url(f):
-        return f
-    try:
-        st = os.stat(f)
-    except OSError:
-        return os.path.abspath(f)
-    return f"{st.st_dev}:{st.st_ino}"
+def field_source(name: str) -> type[FieldSource]:
+    """The field source of ``ingest.format`` ``name``, imported only when used."""
+    from cellica.registry import FORMATS
+
+    module, _, cls = FORMATS[name].source.partition(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
@@ -94,7 +98,8 @@ def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
             seen = sorted(map(str, df["perturbation"].unique()))[:8] if "perturbation" in df else []
             raise CellicaError(f"manifest {path}: control_label {p.control_label!r} matches no perturbation "
                                f"(values include {seen}); no tile would be a control")
-    required = PLATE_MANIFEST_COLUMNS if p.format == "ome_zarr" else MANIFEST_COLUMNS
+    source = field_source(p.format)
+    required = source.columns
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise CellicaError(
@@ -106,62 +111,8 @@ def read_manifest(path: str | os.PathLike, p: IngestParams) -> pd.DataFrame:
         row = int(np.flatnonzero((df[empty[0]].astype(str).str.strip() == "").to_numpy())[0])
         raise CellicaError(f"manifest {path}: empty value in column {empty[0]!r} (row {row + 2})")
     df["_file"] = [join(base, v) for v in df["path"]]
-    if p.format == "ome_zarr":
-        from cellica.store.omezarr import canonical_well
-
-        dup = df.assign(well=df["well"].map(canonical_well)).duplicated(["plate", "well"], keep=False)
-        if dup.any():
-            first = df[dup].iloc[0]
-            raise CellicaError(f"manifest {path}: well {first['well']!r} of plate {first['plate']!r} is listed "
-                               f"more than once (rows {(np.flatnonzero(dup.to_numpy())[:4] + 2).tolist()})")
-        return df
-    df["channel"] = df["channel"].astype(str)
-    _one_slot_per_file(df, path)
-    # Every channel row of a field says the same of it (the field's tiles get one label).
-    for col in ("perturbation", "is_control"):
-        varies = df.groupby(list(FIELD_KEYS))[col].transform("nunique") > 1
-        if varies.any():
-            first = df[varies].iloc[0]
-            rows = (np.flatnonzero(varies.to_numpy())[:4] + 2).tolist()
-            raise CellicaError(f"manifest {path}: the channel rows of field {tuple(first[k] for k in FIELD_KEYS)} "
-                               f"disagree on {col!r} (rows {rows}); one field has one {col}")
-    dup = df.duplicated(list(FIELD_KEYS) + ["channel"], keep=False)
-    if dup.any():
-        first = df[dup].iloc[0]
-        raise CellicaError(
-            f"manifest {path}: several files for field {tuple(first[k] for k in FIELD_KEYS)} "
-            f"channel {first['channel']!r} (rows {(np.flatnonzero(dup.to_numpy())[:4] + 2).tolist()})"
-        )
+    source.check_manifest(df, path)
     return df
-
-
-def read_image(path: str) -> np.ndarray:
-    """Read one single-channel TIFF or PNG (8/16-bit integer or float) as a 2-D array, from a
-    local path or an fsspec URL."""
-    if not is_url(path) and not os.path.isfile(path):
-        raise CellicaError(f"image file {path} is missing")
-    source = io.BytesIO(read_bytes(path, "image file")) if is_url(path) else path
-    path = redact(path)
-    try:
-        if path.lower().endswith((".tif", ".tiff")):
-            import tifffile
-
-            img = tifffile.imread(source)
-        else:
-            from PIL import Image
-
-            with Image.open(source) as im:
-                img = np.asarray(im)
-    except Exception as exc:
-        raise CellicaError(f"image file {path} is unreadable ({type(exc).__name__}: {exc})") from None
-    img = np.squeeze(img)
-    if img.ndim != 2:
-        raise CellicaError(f"image file {path}: expected one channel (2-D), got shape {img.shape}")
-    if img.dtype.kind == "f" and not np.isfinite(img).all():
-        raise CellicaError(f"image file {path}: {int((~np.isfinite(img)).sum())} NaN/Inf pixel(s)")
-    if img.dtype.kind not in "uif":
-        raise CellicaError(f"image file {path}: unsupported pixel type {img.dtype}")
-    return img
 
 
 def tile_grid(height: int, width: int, size: int, stride: int) -> tuple[list[tuple[int, int]], int]:
@@ -176,60 +127,7 @@ def tile_grid(height: int, width: int, size: int, stride: int) -> tuple[list[tup
     return [(y, x) for y in ys for x in xs], n_all - len(ys) * len(xs)
 
 
-class _Fields:
-    """The manifest grouped into fields, with the checks that need all channels."""
-
-    def __init__(self, manifest: pd.DataFrame, p: IngestParams, source: str):
-        self.p = p
-        self.source = source
-        self.channel_dtypes: dict[int, tuple[np.dtype, str]] = {}
-        wanted = [str(c) for c in p.channels]
-        unknown = sorted(set(manifest["channel"]) - set(wanted))
-        if unknown:
-            log.info("ignoring manifest channel(s) %s not among the declared %s", unknown, wanted)
-        self.groups = []
-        self.skipped: list[dict[str, Any]] = []
-        for key, rows in manifest.groupby(list(FIELD_KEYS), sort=True):
-            by_channel = dict(zip(rows["channel"], rows["_file"], strict=True))
-            lacking = [c for c in wanted if c not in by_channel]
-            if lacking:
-                where = dict(zip(FIELD_KEYS, key, strict=True))
-                if p.incomplete_fields != "skip":
-                    raise CellicaError(
-                        f"manifest {source}: field {where} lacks declared channel(s) {lacking}; "
-                        "fix the manifest or set incomplete_fields: skip"
-                    )
-                self.skipped.append({**where, "missing_channels": lacking})
-                continue
-            self.groups.append((key, rows.iloc[0], [by_channel[c] for c in wanted]))
-        if self.skipped:
-            log.warning(
-                "skipped %d incomplete field(s) (all listed in the store's provenance), e.g. %s",
-                len(self.skipped), self.skipped[:3],
-            )
-        if not self.groups:
-            raise CellicaError(f"manifest {source}: no complete field to ingest")
-
-    def load(self, files: list[str]) -> np.ndarray:
-        """The field's channel images, stacked; every per-file problem names its file."""
-        imgs = [read_image(f) for f in files]
-        shapes = {f: im.shape for f, im in zip(files, imgs, strict=True)}
-        if len(set(shapes.values())) > 1:
-            raise CellicaError(f"channels of one field differ in shape: {shapes}")
-        for channel, (f, im) in enumerate(zip(files, imgs, strict=True)):
-            if im.dtype.kind == "f" and self.p.normalize is None:
-                raise CellicaError(f"image file {f}: float pixels ({im.dtype}) need normalize: percentile to "
-                                   "become integers")
-            # One bit depth per channel: an 8-bit file among 16-bit ones would sit at 0-255 beside
-            # values in the tens of thousands without anyone noticing.
-            first = self.channel_dtypes.setdefault(channel, (im.dtype, f))
-            if first[0] != im.dtype:
-                raise CellicaError(f"image file {f}: {im.dtype} pixels, but channel {self.p.channels[channel]!r} "
-                                   f"was {first[0]} in {first[1]}; convert the files to one bit depth")
-        return np.stack(imgs)
-
-
-def plate_percentiles(fields: _Fields) -> dict[str, dict[str, list[float]]]:
+def plate_percentiles(fields: FieldSource) -> dict[str, dict[str, list[float]]]:
     """Per (batch, plate): per-channel low/high intensity percentiles from a pixel sample."""
     p = fields.p
     rng = np.random.default_rng(p.seed)
@@ -253,7 +151,8 @@ def field_constant_columns(df: pd.DataFrame) -> list[str]:
     Columns that vary between a field's channel files (file size, per-file
     intensity statistics) describe files, not tiles, and are left out (logged).
     """
-    extra = [c for c in df.columns if c not in (*MANIFEST_COLUMNS, "_file", "is_control", "channel")]
+    described = (*FIELD_KEYS, "path", "channel", "perturbation", "_file", "is_control")
+    extra = [c for c in df.columns if c not in described]
     if not extra or "site" not in df.columns:  # a plate manifest: one row per well, so all are kept
         return extra
     varying = df.groupby(list(FIELD_KEYS))[extra].nunique(dropna=False).max() > 1
@@ -339,12 +238,7 @@ def ingest(
     start = time.perf_counter()
     stride = p.stride or p.tile_size
     df = read_manifest(manifest, p)
-    if p.format == "ome_zarr":
-        from cellica.store.omezarr import PlateFields
-
-        fields = PlateFields(df, p, str(manifest))
-    else:
-        fields = _Fields(df, p, str(manifest))
+    fields = field_source(p.format)(df, p, str(manifest))
     names = [str(c) for c in (p.channel_names or p.channels)]
     if len(names) != len(p.channels):
         raise CellicaError(f"{len(names)} channel_names for {len(p.channels)} channels")
@@ -358,7 +252,7 @@ def ingest(
         "normalization": norms,
         "skipped_fields": fields.skipped,
         "format": p.format,
-        **({"plates": fields.plates} if p.format == "ome_zarr" else {}),
+        **fields.provenance(),
     }
     n_partial = 0
     writer = TileStore.create(out, names, (p.tile_size, p.tile_size), p.dtype, provenance, p.shard_tiles, overwrite,

@@ -126,9 +126,24 @@ def check_stored(array, index: tuple, where: str) -> None:
 
 class PlateFields:
     """The fields of the manifest's wells in their OME-Zarr plates, with the checks that need
-    all of them (same channels everywhere, one pixel type per channel); the interface of
-    :class:`cellica.store.ingest._Fields`: ``groups`` of (key, manifest row, [field]) and
+    all of them (same channels everywhere, one pixel type per channel): a
+    :class:`cellica.store.ingest.FieldSource`, ``groups`` of (key, manifest row, [field]) and
     :meth:`load`."""
+
+    columns = ("path", "plate", "well", "batch", "perturbation")  # one row per well, its path the plate
+
+    @classmethod
+    def check_manifest(cls, df: pd.DataFrame, path: str) -> None:
+        """Each well of a plate listed once (``B3`` and ``B03`` are one well)."""
+        dup = df.assign(well=df["well"].map(canonical_well)).duplicated(["plate", "well"], keep=False)
+        if dup.any():
+            first = df[dup].iloc[0]
+            raise CellicaError(f"manifest {path}: well {first['well']!r} of plate {first['plate']!r} is listed "
+                               f"more than once (rows {(np.flatnonzero(dup.to_numpy())[:4] + 2).tolist()})")
+
+    def provenance(self) -> dict[str, Any]:
+        """Each plate's well count and the wells the manifest left out."""
+        return {"plates": self.plates}
 
     def __init__(self, manifest: pd.DataFrame, p: IngestParams, source: str):
         self.p, self.source = p, source

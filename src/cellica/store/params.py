@@ -7,6 +7,7 @@ from typing import Any
 
 from cellica.core.errors import CellicaError
 from cellica.core.params import Params, like, param
+from cellica.registry import FORMATS
 
 CHANNELS = ("DNA", "ER", "AGP", "Mito", "RNA", "WGA")
 N_FACTORS = 9  # the simulated latent factors (cellica.store.simulate.FACTORS)
@@ -95,7 +96,7 @@ class IngestParams(Params):
     format: str = param("files", "`files`: the manifest lists one image file (TIFF/PNG) per field and channel; "
                         "`ome_zarr`: it lists one row per well whose path is an OME-Zarr HCS plate, and every "
                         "field (image) of that well is read from the plate (docs/formats.md).",
-                        choices=("files", "ome_zarr"))
+                        choices=FORMATS)
     level: int = param(0, "OME-Zarr: the resolution level read (0: full resolution; the multiscales' datasets "
                        "in order).", ge=0)
     channel_names: list[str] | None = param(None, "Names stored for the channels (default: the channel values).")

@@ -24,6 +24,7 @@ from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.scales import moments, spread_orders
 from cellica.core.threads import fixed_threads
+from cellica.registry import REFERENCE_VARIANT
 from cellica.transform.params import TransformParams
 from cellica.transform.rows import row_blocks
 from cellica.transform.steps import Rows, controls_mask
@@ -92,7 +93,7 @@ class Transform(BaseEstimator):
         The transform stage's parameters; each step reads those it uses.
     """
 
-    def __init__(self, variant: str = "base", params: TransformParams | None = None):
+    def __init__(self, variant: str = REFERENCE_VARIANT, params: TransformParams | None = None):
         self.variant = variant
         self.params = params or TransformParams()
         self.steps: list = []

@@ -10,6 +10,7 @@ from cellica.core.atomic import atomic_outputs, check_room
 from cellica.core.errors import CellicaError
 from cellica.core.lineage import SOURCE_KEY_UNS, SOURCE_UNS, features_id
 from cellica.core.logs import get_logger
+from cellica.registry import REFERENCE_VARIANT
 from cellica.transform.params import TransformParams
 
 log = get_logger("transforms")
@@ -89,8 +90,9 @@ def baseline_file(name: str, input: PathLike, out: PathLike, params: TransformPa
             raise CellicaError(f"baseline {name}: column {column!r} of {input} is missing or not a number in "
                                f"{int(bad.sum())} sample(s), e.g. {adata.obs_names[bad][:3].tolist()}")
         adata = make_adata(values[:, None], adata.obs.copy(), [str(column)], dict(adata.uns), str(input))
-    result = make_transform("base", params or TransformParams()).fit_transform(adata)
-    result.uns["transform"] = {**result.uns["transform"], "variant": name, "baseline": name, "as_variant": "base"}
+    result = make_transform(REFERENCE_VARIANT, params or TransformParams()).fit_transform(adata)
+    result.uns["transform"] = {**result.uns["transform"], "variant": name, "baseline": name,
+                               "as_variant": REFERENCE_VARIANT}
     result.uns[SOURCE_UNS] = source
     result.uns[SOURCE_KEY_UNS] = f"(source of {name})"
     write_h5ad(result, out)
