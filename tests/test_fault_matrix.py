@@ -53,8 +53,9 @@ def _make_run(root: Path, seed: int, capsys) -> Path:
         ["transform", "--input", root / "emb.h5ad", "--out", root / "pca.h5ad", "--variant", "pca",
          "--n-components", "4", "--model-out", root / "pca.npz"],
         ["transform", "--input", root / "emb.h5ad", "--out", root / "base.h5ad", "--variant", "base"],
+        ["export-truth", root / "tiles.zarr", "--out", root / "truth"],
         ["evaluate", "--features", root / "pca.h5ad", "--out", root / "pg.parquet", "--importances-out",
-         root / "imp.parquet"],
+         root / "imp.parquet", "--truth", root / "truth"],
         ["batch-metrics", root / "pca.h5ad", "--out", root / "batch.parquet", "--activity-out", root / "act.parquet"],
         ["summarize", "--per-gene", root / "pg.parquet", "--batch", root / "batch.parquet", "--activity",
          root / "act.parquet", "--out", root / "summary.parquet"],
@@ -163,7 +164,11 @@ def stage_case(stage: str, inp: str, w: Path) -> tuple[list, Path, Path, str]:
                           "{out}"], target, w / "qc") for opt, target in (("--features", w / "pca.h5ad"),
                                                                           ("--store", w / "tiles.zarr"))},
         ("export-truth", "store"): (["export-truth", w / "tiles.zarr", "--out", "{out}"], w / "tiles.zarr",
-                                    w / "truth"),
+                                    w / "truth2"),
+        ("example-tiles", "store"): (["example-tiles", w / "tiles.zarr", "--out", "{out}"], w / "tiles.zarr",
+                                     w / "ex.parquet"),
+        ("truth-genes", "--per-gene"): (["truth-genes", "--per-gene", w / "pg.parquet", "--truth", w / "truth",
+                                         "--out", "{out}"], w / "pg.parquet", w / "tg.parquet"),
         ("ingest", "--manifest"): (["ingest", "--manifest", w / "manifest.csv", "--out", "{out}", *files],
                                    w / "manifest.csv", w / "s.zarr"),
         ("ingest", "image files"): (["ingest", "--manifest", w / "manifest.csv", "--out", "{out}", *files],
@@ -467,8 +472,8 @@ def _check_result(stage: str, kind: str, victim: Path, out: Path, other: Path) -
         direct = Transform.load(other).transform(read_h5ad(out.parent / "emb.h5ad"))
         np.testing.assert_array_equal(read_h5ad(out).X, direct.X)
     elif stage == "qc":  # B's features: B's wells placed, exactly as the library places them
-        from cellica.qc.files import read_qc
         from cellica.qc.layout import well_layouts
+        from cellica.qc.read import read_qc
 
         found = read_qc(sorted(Path(out).glob("*.parquet")))["well_layouts"]
         direct = well_layouts({"base": out.parent / "base.h5ad", "pca": victim})

@@ -149,9 +149,11 @@ class RunPlan:
         self.seed_features_of = f"{self.results}/features/seeds/{{variant}}-{{seed}}"
         self.eval = f"{self.results}/eval"
         self.summary = f"{self.eval}/summary.parquet"
+        self.truth_genes = f"{self.eval}/truth_genes.parquet"  # simulated screens: cellica truth-genes
         self.environment = f"{self.results}/environment.json"  # the software of the run (the report's index)
         self.maps = f"{self.results}/maps"
         self.n_chunks, self.n_page_chunks = c["evaluate"]["chunks"], c["report"]["chunks"]
+        self.examples_of = f"{self.results}/qc/examples/{{chunk}}-of-{self.n_page_chunks}.parquet"
         self.entity = c["report"]["entity"] or entity_label(c["source"], c["features"]["column_map"])
         self.stability = f"{self.results}/stability"
         self.alignment = f"{self.stability}/alignment.parquet"
@@ -173,14 +175,13 @@ class RunPlan:
         """A rule's ``params`` function passing ``option`` with its input ``key`` only when the
         rule has that optional input (``--truth``, ``--store``, ``--alignment``), and with it
         ``more``'s option and input (a list: ``--maps`` beside ``--recall``)."""
+        def quoted(files) -> str:
+            return " ".join(shlex.quote(f) for f in ([files] if isinstance(files, str) else files))
+
         def text(wildcards, input) -> str:
             if key not in input.keys():
                 return ""
-            extra = ""
-            if more:
-                files = input[more[1]]
-                extra = f" {more[0]} " + " ".join(shlex.quote(f) for f in ([files] if isinstance(files, str) else files))
-            return f"{option} {shlex.quote(input[key])}{extra}"
+            return f"{option} {quoted(input[key])}" + (f" {more[0]} {quoted(input[more[1]])}" if more else "")
 
         return text
 
@@ -301,8 +302,8 @@ class RunPlan:
                 f"{shlex.quote(inputs['recall_differences'])} --consistency {files}")
 
     def qc_tables(self) -> list[str]:
-        """The plate-layout tables ``cellica qc`` writes (:data:`cellica.qc.files.TABLES`)."""
-        from cellica.qc.files import qc_paths
+        """The plate-layout tables ``cellica qc`` writes (:data:`cellica.qc.read.TABLES`)."""
+        from cellica.qc.read import qc_paths
 
         return [str(p) for p in qc_paths(f"{self.results}/qc").values()]
 
@@ -321,7 +322,9 @@ class RunPlan:
             "importances": self.evaluated_files(f"{self.eval}/{{variant}}/importances.parquet"),
             "features": self.variant_files(self.features), "qc": self.qc_tables()}
         if self.has_images:
-            inputs["tiles"] = self.tiles
+            inputs["examples"] = [self.examples_of.format(chunk=i) for i in range(self.n_page_chunks)]
+        if self.simulates:
+            inputs["truth_genes"] = self.truth_genes
         if self.config["stability"]["enabled"]:
             inputs["alignment"] = self.alignment
         if self.config["maps"]["enabled"]:

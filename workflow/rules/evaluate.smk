@@ -99,3 +99,27 @@ rule summarize:
         "cellica summarize --per-gene {input.per_gene:q} --batch {input.batch:q} --activity {input.activity:q}"
         " --config-hash {params.config_hash} {params.maps} {params.args} --entity {params.entity:q}"
         " --out {output:q} 2> {log:q}"
+
+
+if PLAN.simulates:
+
+    # What the simulation says each gene does, and whether any feature set found a strong effect
+    # (the gene pages' verdict, decided here, not in the report).
+    rule truth_genes:
+        input:
+            per_gene=PLAN.evaluated_files(f"{EVAL}/{{variant}}/per_gene.parquet"),
+            truth=PLAN.truth_tables,
+        output:
+            PLAN.truth_genes,
+        log:
+            f"{LOGS}/truth_genes.log",
+        benchmark:
+            f"{BENCH}/truth_genes.tsv"
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=10,
+        shell:
+            "cellica truth-genes --per-gene {input.per_gene:q} --truth {input.truth:q} --out {output:q} 2> {log:q}"

@@ -4,11 +4,12 @@
 
 REPORT_ARGS = (
     "cellica report --summary {input.summary:q} --per-gene {input.per_gene:q} --importances {input.importances:q}"
-    " --features {input.features:q} {params.store} --config-hash {params.config_hash} {params.alignment}"
+    " --features {input.features:q} {params.examples} {params.truth_genes} --config-hash {params.config_hash} {params.alignment}"
     " --entity {params.entity:q} {params.maps} --qc {input.qc:q} {params.args} --out {params.reports:q}"
 )
 REPORT_PARAMS = {
-    "store": PLAN.optional("--store", "tiles"),
+    "examples": PLAN.optional("--examples", "examples"),
+    "truth_genes": PLAN.optional("--truth-genes", "truth_genes"),
     "alignment": PLAN.optional("--alignment", "alignment"),
     "maps": PLAN.optional("--recall", "recall", more=("--maps", "maps")),
     "config_hash": CONFIG_HASH,

@@ -140,6 +140,18 @@ def summarize(ns: argparse.Namespace) -> None:
                     ns.recall, ns.recall_differences, ns.consistency, ns.entity)
 
 
+def truth_genes(ns: argparse.Namespace) -> None:
+    from cellica.evaluate.files import truth_genes_file
+
+    truth_genes_file(ns.per_gene, ns.truth, ns.out)
+
+
+def example_tiles(ns: argparse.Namespace) -> None:
+    from cellica.store.examples import write_example_tiles
+
+    write_example_tiles(ns.store, ns.out, ns.chunk, ns.seed)
+
+
 def gene_map(ns: argparse.Namespace) -> None:
     from cellica.maps.files import gene_map_files
     from cellica.maps.params import MapParams
@@ -177,7 +189,8 @@ def report(ns: argparse.Namespace) -> None:
     from cellica.report.build import report_from_files
     from cellica.report.params import ReportParams
 
-    report_from_files(ns.summary, ns.per_gene, ns.importances, ns.out, features=ns.features, store=ns.store,
+    report_from_files(ns.summary, ns.per_gene, ns.importances, ns.out, features=ns.features, examples=ns.examples,
+                      truth_genes=ns.truth_genes,
                       benchmarks=ns.benchmarks, config=ns.config, config_hash=ns.config_hash,
                       alignment=ns.alignment, entity=ns.entity, genes=ns.gene, params=params_of(ReportParams, ns),
                       part=ns.part, index_only=ns.index_only, maps=ns.maps, recall=ns.recall, qc=ns.qc,
@@ -192,7 +205,7 @@ def export_truth(ns: argparse.Namespace) -> None:
 
 def qc(ns: argparse.Namespace) -> None:
     from cellica.core.adata import stored_variant
-    from cellica.qc.files import qc_tables
+    from cellica.qc.write import qc_tables
 
     qc_tables({stored_variant(p, str(p)): p for p in ns.features}, ns.out, store=ns.store, seed=ns.seed)
 

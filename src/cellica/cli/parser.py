@@ -35,7 +35,7 @@ INPUT_OPTIONS = frozenset({"store", "manifest", "checkpoint", "shards", "table",
                            "per_gene", "importances", "batch", "activity", "truth", "recall", "recall_differences",
                            "consistency", "maps", "a", "b", "summary", "benchmarks", "config", "alignment",
                            "arm_table", "annotation_file", "position_table", "unexpressed_genes", "qc", "lock",
-                           "environment"})
+                           "environment", "examples", "truth_genes"})
 
 # The kinds of object each input option takes (cellica.core.kinds): another kind is refused before any
 # work, naming both. An option not listed takes any regular file or folder (never a FIFO or a device).
@@ -48,6 +48,7 @@ INPUT_KINDS = {
     "manifest": (_K.OTHER, _K.PARQUET), "truth": (_K.FOLDER, _K.PARQUET, _K.OTHER),
     "per_gene": _TABLE, "importances": _TABLE, "batch": _TABLE, "activity": _TABLE, "summary": _TABLE,
     "recall": _TABLE, "recall_differences": _TABLE, "consistency": _TABLE, "alignment": _TABLE,
+    "examples": _TABLE, "truth_genes": _TABLE,
 }
 
 
@@ -152,6 +153,11 @@ COMMANDS = [
       ("--consistency", {"nargs": "*", "default": [], "help": "guide consistency tables, one per variant"}),
       ENTITY],
      ("evaluate.params", "EvalParams")),
+    ("truth-genes", "a simulated screen's truth per evaluated gene, and whether any feature set found a strong "
+     "effect (what the report's gene pages show)", commands.truth_genes,
+     [("--per-gene", {**REQ, "nargs": "+", "help": "per-gene tables of every variant and baseline"}),
+      ("--truth", {**REQ, "help": "the simulated screen's truth tables (the folder cellica export-truth writes)"}),
+      ("--out", {**REQ, "help": "the table to write (eval/truth_genes.parquet)"})], None),
     ("gene-map", "gene-level map of one variant (tiles -> wells -> guides -> genes) and guide consistency",
      commands.gene_map, [("features", {"help": "features of one variant (*.h5ad)"}),
                          ("--out", {**REQ, "help": "gene map to write (*.h5ad)"}),
@@ -176,7 +182,10 @@ COMMANDS = [
       ("--per-gene", {**REQ, "nargs": "+", "help": "per-gene tables, one per variant"}),
       ("--importances", {**REQ, "nargs": "+", "help": "importance tables, in the order of --per-gene"}),
       ("--features", {"nargs": "*", "help": "features files (embedding plots, diagnostics)"}),
-      ("--store", {"default": None, "help": "tile store (example tiles, ground truth)"}),
+      ("--examples", {"nargs": "*", "default": [], "help": "example-tile tables (qc/examples/*.parquet, from "
+                       "cellica example-tiles)"}),
+      ("--truth-genes", {"default": None, "help": "a simulated screen's truth per gene (eval/truth_genes.parquet, "
+                         "from cellica truth-genes)"}),
       ("--benchmarks", {"default": None, "help": "Snakemake benchmark folder (stage times)"}),
       ("--config", {"default": None, "help": "config file shown on the index"}),
       ("--environment", {"default": None, "help": "the run's software record (results/environment.json, from "
@@ -197,6 +206,12 @@ COMMANDS = [
     ("export-truth", "a simulated store's ground truth as tables (what evaluate --truth reads)", commands.export_truth,
      [("store", {"help": "tile store written by cellica simulate (*.zarr)"}),
       ("--out", {**REQ, "help": "folder of the tables (results/truth)"})], None),
+    ("example-tiles", "example tiles of each perturbation and of the controls, as PNG montages in a table (what "
+     "the report's gene pages show)", commands.example_tiles,
+     [("store", {"help": "tile store (*.zarr)"}),
+      ("--chunk", {"default": None, "help": "i/n: every n-th perturbation from the i-th, sorted"}),
+      ("--seed", {"type": int, "default": 0, "help": "seed of the drawn tiles"}),
+      ("--out", {**REQ, "help": "the table to write (qc/examples/<i>-of-<n>.parquet)"})], None),
     ("qc", "plate-layout tables of a run: tiles per well, the controls' offset and intensity per position, "
      "each variant's wells in 2-D", commands.qc,
      [("--features", {**REQ, "nargs": "+", "help": "each variant's features (*.h5ad); layout from base"}),

@@ -11,5 +11,6 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "gather_evaluations": "cellica.evaluate.files",
     "batch_metrics_files": "cellica.evaluate.files",
     "summarize_files": "cellica.evaluate.files",
+    "truth_genes_file": "cellica.evaluate.files",
     "EvalParams": "cellica.evaluate.params",
 })

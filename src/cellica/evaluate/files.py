@@ -17,6 +17,7 @@ from cellica.core.lineage import lineage_for, merge, tag
 from cellica.core.logs import get_logger
 from cellica.evaluate.params import EvalParams
 
+TRUTH_STORE = "truth_store"  # a per-gene table's attrs: the simulated store whose truth it was evaluated against
 log = get_logger("evaluate")
 PathLike = str | os.PathLike
 
@@ -35,17 +36,20 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
     params = params or EvalParams()
     paths = [Path(f) for f in features]
     variant = variant or stored_variant(paths[0], "features")
-    gene_truth = None
+    gene_truth, truth_store = None, ""
     if truth:
         from cellica.evaluate.recovery import read_truth
 
         gt = read_truth(truth)
         if gt["effects"] is not None:  # which factors each gene moves: only simulated stores know
             gene_truth = gt["latents"], gt["effects"]
+            truth_store = str(gt["effects"].attrs.get("store_content_sha256", ""))
     # One file serves every seed (read once); per-seed files are read one at a time, as each seed comes.
     data = paths if len(paths) > 1 else read_evaluation_rows(paths[0])
     per_gene, imps = evaluate_genes(data, params, chunk, variant, threads=threads, truth=gene_truth)
     lineage = lineage_for(paths[0], variant)  # the variant's own file (further seeds are re-fits of it)
+    if truth_store:  # the simulated screen whose truth the table's columns compare with (cellica truth-genes)
+        per_gene.attrs[TRUTH_STORE] = truth_store
     write_parquets([tag(per_gene, lineage), tag(imps, lineage)], [out, importances_out])
     return per_gene
 
@@ -63,6 +67,10 @@ def gather_evaluations(per_gene: Sequence[PathLike], importances: Sequence[PathL
         raise CellicaError(f"gather-eval: genes evaluated twice, e.g. {table.loc[dup, 'gene'].head(3).tolist()}")
     imps = pd.concat([t for _, t in parts[len(per_gene):]], ignore_index=True)
     table = table.sort_values(keys).reset_index(drop=True)
+    truths = {t.attrs.get(TRUTH_STORE, "") for _, t in parts[:len(per_gene)]}
+    if len(truths) > 1:
+        raise CellicaError(f"gather-eval: the chunks were evaluated against different ground truths ({len(truths)})")
+    table.attrs = {TRUTH_STORE: truths.pop()} if truths and "" not in truths else {}
     write_parquets([tag(table, lineage), tag(imps, lineage)], [out, importances_out])
     return table
 
@@ -115,4 +123,39 @@ def summarize_files(per_gene: Sequence[PathLike], batch: PathLike, activity: Pat
     table.attrs["provenance"] = json.dumps({"per_gene": [str(p) for p in per_gene], "batch": str(batch),
                                             "config_hash": config_hash})
     write_parquet(tag(table, lineage), out)
+    return table
+
+
+def truth_genes_file(per_gene: Sequence[PathLike], truth: PathLike, out: PathLike) -> pd.DataFrame:
+    """The ground truth of each evaluated gene and the verdict on it (:func:`cellica.evaluate.truth.truth_genes`)
+    from the per-gene tables of every variant and baseline and a simulated screen's truth tables
+    (the folder ``cellica export-truth`` writes), written to ``out``."""
+    from cellica.evaluate.truth import truth_genes
+
+    folder = Path(truth)
+    if not (folder / "effects.parquet").is_file():
+        raise CellicaError(f"truth-genes: {truth} is not a folder of a simulated screen's truth tables (no "
+                           "effects.parquet); `cellica export-truth STORE --out FOLDER` writes them")
+    import pyarrow.parquet as pq
+
+    def needed(path) -> list[str] | None:  # only what the verdict reads: a genome-wide table stays on disk
+        try:
+            names = pq.read_schema(path).names
+        except (OSError, ValueError):
+            return None  # read_parquet names the file and the problem
+        return [c for c in ("gene", "variant", "seed", "auroc_mean") if c in names]
+
+    named = [(str(p), read_parquet(p, "per-gene table", columns=needed(p))) for p in per_gene]
+    effects = read_parquet(folder / "effects.parquet", "ground-truth table effects")
+    store = effects.attrs.get("store_content_sha256", "")
+    for label, t in named:  # a per-gene table of another screen would pair its AUROCs with these effects
+        if t.attrs.get(TRUTH_STORE) != store:
+            raise CellicaError(f"truth-genes: {label} was not evaluated against the screen of {truth} (another "
+                               f"run, or evaluated without --truth); re-run `cellica evaluate ... --truth {truth}`")
+    complexes = folder / "complexes.parquet"
+    table = truth_genes(pd.concat([t for _, t in named], ignore_index=True), effects,
+                        read_parquet(complexes, "ground-truth table complexes") if complexes.is_file() else None)
+    log.info("%d gene(s) with a true effect, %d strong one(s) missed by every feature set", len(table),
+             int((table["missed"] != "").sum()))
+    write_parquet(tag(table, merge(named, "truth-genes")), out)
     return table

@@ -50,3 +50,50 @@ def truth_alignment(per_gene: pd.DataFrame, importances: pd.DataFrame, adata, la
     for k, v in cols.items():
         out[k] = v
     return out
+
+
+MISSED_AUROC = 0.6  # a simulated strong effect that no feature set detects above this is flagged
+
+
+def truth_genes(per_gene: pd.DataFrame, effects: pd.DataFrame, complexes: pd.DataFrame | None = None) -> pd.DataFrame:
+    """What the simulation says each evaluated gene does, and whether any feature set found it.
+
+    Parameters
+    ----------
+    per_gene : pandas.DataFrame
+        The per-gene tables of every variant and baseline (``gene``, ``variant``, ``auroc_mean``,
+        and ``seed``: only the first seed's classifiers count, as the report's pages show them).
+    effects : pandas.DataFrame
+        The simulator's effect matrix (``gene``, ``effect_class``, one column per factor).
+    complexes : pandas.DataFrame, optional
+        ``gene`` and ``complex`` (simulations with complexes).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per evaluated gene with a true effect: ``gene``, ``effect_class``, ``moved``
+        (JSON: each factor it shifts and by how much, to 3 decimals), ``complex`` (empty
+        without one), ``best_auroc`` (the highest held-out AUROC of any feature set) and
+        ``missed``: the verdict's sentence when a strong effect has no AUROC above
+        :data:`MISSED_AUROC`, else empty.
+    """
+    import json
+
+    first = per_gene[per_gene["seed"] == per_gene["seed"].min()] if "seed" in per_gene else per_gene
+    best = first.assign(auroc=first["auroc_mean"].astype(float)).groupby(first["gene"].astype(str))["auroc"].max()
+    eff = effects.assign(gene=effects["gene"].astype(str)).set_index("gene")
+    group = {} if complexes is None else dict(zip(complexes["gene"].astype(str), complexes["complex"].astype(str),
+                                                   strict=True))
+    rows = []
+    for gene in sorted(set(best.index) & set(eff.index)):
+        e = eff.loc[gene]
+        moved = {k: round(float(v), 3) for k, v in e.items() if k != "effect_class" and float(v) != 0}
+        top = float(best[gene])
+        missed = ""
+        if e["effect_class"] == "strong" and not top > MISSED_AUROC:
+            shown = "n/a" if top != top else f"{top:.3f}"
+            missed = (f"a strong true effect, but no variant's held-out AUROC exceeds {MISSED_AUROC} (best {shown}): "
+                      "the embedding may not carry the factor(s) it moves")
+        rows.append({"gene": gene, "effect_class": str(e["effect_class"]), "moved": json.dumps(moved),
+                     "complex": group.get(gene, ""), "best_auroc": top, "missed": missed})
+    return pd.DataFrame(rows, columns=["gene", "effect_class", "moved", "complex", "best_auroc", "missed"])

@@ -4,9 +4,9 @@ controls' offset and pixel intensity per plate position, and each variant's well
 from cellica.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "qc_tables": "cellica.qc.files",
-    "qc_paths": "cellica.qc.files",
-    "read_qc": "cellica.qc.files",
+    "qc_tables": "cellica.qc.write",
+    "qc_paths": "cellica.qc.read",
+    "read_qc": "cellica.qc.read",
     "control_intensity": "cellica.qc.layout",
     "plate_wells": "cellica.qc.layout",
     "position_offsets": "cellica.qc.layout",

@@ -78,7 +78,8 @@ def _build(inputs: ReportInputs, out_dir, genes, p: ReportParams, part: int | No
 
 
 def report_from_files(summary: str | os.PathLike, per_gene: list, importances: list, out_dir: str | os.PathLike,
-                      features: list | None = None, store=None, benchmarks=None, config=None,
+                      features: list | None = None, examples: list | None = None, truth_genes=None,
+                      benchmarks=None, config=None,
                       config_hash: str = "", alignment=None, entity: str = "gene",
                       genes: list[str] | None = None, params: ReportParams | None = None,
                       part: int | None = None, index_only: bool = False, maps: list | None = None,
@@ -110,7 +111,8 @@ def report_from_files(summary: str | os.PathLike, per_gene: list, importances: l
     inputs = ReportInputs(
         summary=Path(summary), per_gene=dict(zip(names, map(Path, per_gene), strict=True)),
         importances=paired,
-        features={stored_variant(p, Path(p).stem): Path(p) for p in features or []}, store=opt(store),
+        features={stored_variant(p, Path(p).stem): Path(p) for p in features or []},
+        examples=[Path(p) for p in examples or []], truth_genes=opt(truth_genes),
         benchmarks=opt(benchmarks), config=opt(config), config_hash=config_hash, alignment=opt(alignment),
         entity=entity, maps={stored_variant(p, Path(p).stem): Path(p) for p in maps or []}, recall=opt(recall),
         qc=[Path(p) for p in qc or []], environment=opt(environment))

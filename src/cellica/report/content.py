@@ -4,8 +4,6 @@ labels, number formats, transform diagnostics.
 
 from __future__ import annotations
 
-import base64
-import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +22,6 @@ log = get_logger("report")
 # Means over genes carry a 95% bootstrap interval; the batch classifiers one over controls.
 
 
-MISSED_AUROC = 0.6  # a simulated strong effect that no variant detects above this is flagged on its page
-
-
 FEATURE_COLOR = "#555b6e"  # importance bars: features, not variants, so not a variant colour
 
 
@@ -41,7 +36,8 @@ class ReportInputs:
     per_gene: dict[str, Path]
     importances: dict[str, Path]
     features: dict[str, Path] = field(default_factory=dict)
-    store: Path | None = None
+    examples: list[Path] = field(default_factory=list)  # example-tile tables (cellica example-tiles)
+    truth_genes: Path | None = None  # a simulated screen's truth per gene (cellica truth-genes)
     benchmarks: Path | None = None
     config: Path | None = None
     config_hash: str = ""
@@ -87,14 +83,6 @@ def _env():
 
 def _ordered(variants) -> list[str]:
     return variant_order(variants)
-
-
-def _png_uri(rgb: np.ndarray) -> str:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(rgb).save(buf, format="PNG", optimize=True)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
 def _fmt(v: Any) -> str:

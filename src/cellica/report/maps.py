@@ -1,6 +1,6 @@
 """The report's gene-map and plate-layout figures, drawn from the tables of the stages that
-computed them: a UMAP of each variant's gene map (coloured by known complex when the store
-records one), each variant's wells coloured by batch, and per-plate heatmaps of the layout
+computed them: a UMAP of each variant's gene map (coloured by known complex when the
+simulation made complexes), each variant's wells coloured by batch, and per-plate heatmaps of the layout
 (tiles per well, control offset, control intensity: ``results/qc``, written by ``cellica qc``)."""
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ log = get_logger("report")
 MAX_PLATES = 8  # plates drawn (the first, in order); the rest are counted
 
 
-def map_umaps(maps: dict[str, Path], store: Path | None = None, entity: str = "gene") -> list[dict[str, Any]]:
+def map_umaps(maps: dict[str, Path], complexes: dict[str, str] | None = None,
+              entity: str = "gene") -> list[dict[str, Any]]:
     """One picture per variant's gene map, from the layout its stage stored (``obsm["X_layout"]``:
     seeded UMAP of the cosine kNN graph, or the first two PCs of a small map), genes coloured by
-    their complex (the simulated store's ``complexes`` table) or all alike; ``entity`` names the
-    points (gene, compound, ...)."""
+    their complex (a simulated screen's, from its truth per gene) or all alike; ``entity`` names
+    the points (gene, compound, ...)."""
     from cellica.core.adata import read_sealed
 
-    group = _complexes(store)
+    group = complexes or {}
     out = []
     for variant, path in maps.items():
         genes = read_sealed(path)
@@ -58,18 +59,6 @@ def well_umaps(layouts: pd.DataFrame) -> list[dict[str, Any]]:
 def _radius(n: int) -> float:
     """Dots big enough to see in a small map, small enough not to hide each other in a large one."""
     return 3.5 if n < 200 else 2.5 if n < 1000 else 1.8
-
-
-def _complexes(store: Path | None) -> dict[str, str]:
-    if store is None:
-        return {}
-    from cellica.store.tilestore import TileStore
-
-    try:
-        table = TileStore.open(store).ground_truth("complexes")
-    except Exception:  # no such table: a real screen, or a simulation without complexes
-        return {}
-    return dict(zip(table["gene"], table["complex"], strict=True))  # whole: legends wrap
 
 
 def _axes(*tables: pd.DataFrame) -> tuple[list[str], list[int]]:

@@ -31,7 +31,6 @@ from cellica.report.content import (
     _env,
     _fmt,
     _ordered,
-    _png_uri,
     _with_ci,
     software_context,
     split_words,
@@ -126,7 +125,7 @@ class ReportBuilder:
     def _gene_maps(self) -> dict[str, Any]:
         """Pictures of the variants' gene maps (their stored layouts), of their wells and of the
         plate layout (the qc tables): drawn here, computed by the stages that wrote them."""
-        from cellica.qc.files import read_qc
+        from cellica.qc.read import read_qc
         from cellica.report.maps import (
             borrowed_controls_note,
             control_intensity,
@@ -143,7 +142,9 @@ class ReportBuilder:
         if layouts is not None:  # in the report's order of variants (a stable sort keeps the table's attrs)
             rank = {v: i for i, v in enumerate(_ordered(list(dict.fromkeys(layouts["variant"]))))}
             layouts = layouts.sort_values("variant", key=lambda v: v.map(rank), kind="stable")
-        return {"umaps": map_umaps(maps, self.inp.store, entity=self.inp.entity) if maps else [], "recall": recall,
+        truth = self._truth_genes()
+        complexes = {} if truth is None else {g: c for g, c in truth["complex"].items() if c}
+        return {"umaps": map_umaps(maps, complexes, entity=self.inp.entity) if maps else [], "recall": recall,
                 "recall_note": recall_note, "wells": well_umaps(layouts) if layouts is not None else [],
                 "controls_note": borrowed_controls_note(maps),
                 "layout": plate_heatmaps(qc["plate_wells"], qc["position_offsets"]) if "plate_wells" in qc else None,
@@ -199,19 +200,24 @@ class ReportBuilder:
                 data[v] = ad.read_h5ad(path, backed="r")  # only the rows a plot shows are read
         return data
 
-    def _thumbnails(self, store, gene: str) -> dict[str, str]:
-        from cellica.report.thumbnails import montage
+    def _examples(self, genes: list[str]) -> dict[str, dict[str, str]]:
+        """The example montages of ``genes`` (the example-tile tables, only these genes' rows read)."""
+        import base64
 
-        md = store.metadata
-        rng = np.random.default_rng(self.seed)
-        out = {}
-        for label, mask in (("perturbed", (md["perturbation"].astype(str) == gene).to_numpy()),
-                            ("control", md["is_control"].to_numpy())):
-            idx = np.flatnonzero(mask)
-            if idx.size:
-                pick = np.sort(rng.choice(idx, min(8, idx.size), replace=False))
-                out[label] = _png_uri(montage(store.read(pick), ncols=8))
+        out: dict[str, dict[str, str]] = {}
+        for path in self.inp.examples:
+            table = read_parquet(path, "example tiles", filters=[("gene", "in", list(genes))])
+            for r in table.itertuples():
+                out.setdefault(str(r.gene), {})[str(r.label)] = ("data:image/png;base64,"
+                                                                 + base64.b64encode(r.png).decode())
         return out
+
+    def _truth_genes(self) -> pd.DataFrame | None:
+        """The simulated truth per gene and the evaluation's verdict on it, when the run has one."""
+        if self.inp.truth_genes is None:
+            return None
+        return read_parquet(self.inp.truth_genes, "truth per gene").assign(
+            gene=lambda t: t["gene"].astype(str)).set_index("gene")
 
     def build_genes(self, genes: list[str] | None = None) -> list[Path]:
         """Write the pages of ``genes`` (default: all); returns their paths."""
@@ -221,21 +227,14 @@ class ReportBuilder:
             raise CellicaError(f"report: no results for gene(s) {unknown[:5]}; known genes include {self.genes[:5]}")
         self.per_gene = self._first_seed(self._read_per_gene(genes=genes))
         features = self._load_features()
-        store, store_note = None, ""
-        if self.inp.store is not None:
-            try:
-                from cellica.store.tilestore import TileStore
-
-                store = TileStore.open(self.inp.store)
-            except CellicaError as exc:
-                store_note = f"Example tiles are unavailable: {exc}"
-        else:
+        thumbs, store_note = self._examples(genes), ""
+        if not self.inp.examples:
             store_note = "Example tiles are unavailable: this run has no tile store (features were imported)."
         # Grouped once: filtering a genes x features table per gene would be quadratic.
         imps = {v: {str(g): t for g, t in self._first_seed(read_parquet(p, "importances", filters=[
                     ("gene", "in", list(genes))])).groupby("gene", sort=False)}
                 for v, p in self.inp.importances.items() if Path(p).is_file()}
-        effects = store.ground_truth("effects").set_index("gene") if store is not None and store.has_ground_truth else None
+        truth = self._truth_genes()
         template = self.env.get_template("gene.html")
         # Each chunk's folder gets its own entry page (Snakemake's report embeds the folder through it).
         index = self.env.get_template("genes_index.html")
@@ -246,12 +245,12 @@ class ReportBuilder:
                                 chunks=self.chunks))
         paths = []
         for gene in progress(genes, desc="gene pages", unit="page"):
-            ctx = self.gene_context(gene, features, imps, store, effects)
+            ctx = self.gene_context(gene, features, imps, thumbs.get(gene, {}), truth)
             ctx["store_note"] = store_note
             paths.append(_write(self.out / self.links[gene], template.render(**ctx)))
         return paths
 
-    def gene_context(self, gene, features, imps, store, effects) -> dict[str, Any]:
+    def gene_context(self, gene, features, imps, thumbs, truth_genes) -> dict[str, Any]:
         rows = self.per_gene[self.per_gene["gene"].astype(str) == gene].set_index("variant")
         variants = [v for v in self.variants if v in rows.index]
         first = rows.iloc[0]
@@ -268,13 +267,13 @@ class ReportBuilder:
         embeddings = [{"variant": v, "svg": self._embedding_plot(features[v], imps[v][gene], gene, v)}
                       for v in variants if v in features and gene in imps.get(v, {})]
         counts = sample_counts(features, gene)
-        truth = truth_section(effects, gene, rows, variants)
+        truth = truth_section(truth_genes, gene, rows, variants)
         return {"gene": gene, "table": table, "guides_table": guides, "entity": self.inp.entity, "split": split,
                 "no_split": no_split_notes(rows, variants),
                 "seed": int(self.seeds[0]), "n_seeds": len(self.seeds), "charts": charts, "importance": importance, "embeddings": embeddings,
                 "counts": counts, "guides": first.get("guides", ""), "batches": first.get("batches", ""),
                 "n_samples": int(first.get("n_samples", 0)), "skipped": first.get("skipped", ""),
-                "thumbs": self._thumbnails(store, gene) if store is not None else {}, "truth": truth,
+                "thumbs": thumbs, "truth": truth,
                 "prov": self.provenance, "sources": {v: str(p) for v, p in self.inp.per_gene.items()}}
 
     def _first_seed(self, table: pd.DataFrame) -> pd.DataFrame:

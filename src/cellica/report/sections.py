@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from cellica.core.contracts import held_back_mask
-from cellica.report.content import MISSED_AUROC, _fmt
+from cellica.report.content import _fmt
 
 
 def sample_counts(features, gene: str) -> list[dict[str, Any]] | dict:
@@ -26,20 +26,19 @@ def sample_counts(features, gene: str) -> list[dict[str, Any]] | dict:
     return counts
 
 
-def truth_section(effects, gene: str, rows: pd.DataFrame, variants: list[str]) -> dict[str, Any] | None:
-    """What the simulation says the gene does, and whether each variant's top feature found it."""
-    truth = None
-    if effects is not None and gene in effects.index:
-        eff = effects.loc[gene]
-        moved = {k: round(float(val), 3) for k, val in eff.items() if k != "effect_class" and float(val) != 0}
-        truth = {"class": eff["effect_class"], "moved": moved,
-                 "found": [{"variant": v, "factor": rows.loc[v].get("top_feature_factor", ""),
-                            "corr": _fmt(rows.loc[v].get("top_feature_factor_corr")),
-                            "hit": bool(rows.loc[v].get("top_feature_hits_truth", False))} for v in variants]}
-        best = max((float(rows.loc[v].get("auroc_mean", np.nan)) for v in variants), default=np.nan)
-        if eff["effect_class"] == "strong" and not best > MISSED_AUROC:
-            truth["missed"] = (f"a strong true effect, but no variant's held-out AUROC exceeds {MISSED_AUROC} "
-                               f"(best {_fmt(best)}): the embedding may not carry the factor(s) it moves")
+def truth_section(truth_genes: pd.DataFrame | None, gene: str, rows: pd.DataFrame,
+                  variants: list[str]) -> dict[str, Any] | None:
+    """What the simulation says the gene does and the evaluation's verdict on it (``truth_genes``,
+    from ``cellica truth-genes``), and whether each variant's top feature found it."""
+    if truth_genes is None or gene not in truth_genes.index:
+        return None
+    t = truth_genes.loc[gene]
+    truth = {"class": t["effect_class"], "moved": json.loads(t["moved"]),
+             "found": [{"variant": v, "factor": rows.loc[v].get("top_feature_factor", ""),
+                        "corr": _fmt(rows.loc[v].get("top_feature_factor_corr")),
+                        "hit": bool(rows.loc[v].get("top_feature_hits_truth", False))} for v in variants]}
+    if t["missed"]:
+        truth["missed"] = t["missed"]
     return truth
 
 

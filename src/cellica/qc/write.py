@@ -1,4 +1,5 @@
-"""What ``cellica qc`` does, on files: the plate-layout tables of a run, all or none."""
+"""What ``cellica qc`` writes: the plate-layout tables of a run, all or none (read back by
+:mod:`cellica.qc.read`)."""
 
 from __future__ import annotations
 
@@ -19,29 +20,13 @@ from cellica.qc.layout import (
     position_offsets,
     well_layouts,
 )
+from cellica.qc.read import TABLES, qc_paths
 from cellica.registry import REFERENCE_VARIANT
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
 log = get_logger("qc")
-TABLES = ("plate_wells", "position_offsets", "control_intensity", "well_layouts")
-
-
-def qc_paths(out_dir: str | os.PathLike) -> dict[str, Path]:
-    """Where :func:`qc_tables` writes each table (``<out_dir>/<name>.parquet``)."""
-    return {name: Path(out_dir) / f"{name}.parquet" for name in TABLES}
-
-
-def read_qc(paths) -> dict[str, pd.DataFrame]:
-    """The tables :func:`qc_tables` wrote, by name (their file names' stems), seals checked."""
-    from cellica.core.atomic import read_parquet
-
-    tables = {Path(p).stem: read_parquet(p, "qc table") for p in paths}
-    unknown = sorted(set(tables) - set(TABLES))
-    if unknown:
-        raise CellicaError(f"qc: {unknown} are not qc tables (expected {', '.join(t + '.parquet' for t in TABLES)})")
-    return tables
 
 
 def qc_tables(features: dict[str, str | os.PathLike], out_dir: str | os.PathLike,
