@@ -143,7 +143,9 @@ def main() -> None:
         store = TileStore.open(store_path)
         measures = {"blocks": probes(store, args.max_samples)}
         if not args.no_classifiers:
-            measures["blocks-classifiers"] = classifiers(seeds, DEMO["transform"]["n_components"], True, CLASSIFIER_METRICS)
+            measures["blocks-classifiers"] = classifiers(
+                seeds, DEMO["transform"]["n_components"], True, CLASSIFIER_METRICS
+            )
         tables, n_blocks = sweep(store_path, checkpoint, measures)
         took = time.perf_counter() - t0
         if args.rxrx1:

@@ -70,7 +70,11 @@ def forward_rate(model: MaskedAutoencoder, size: int, n: int, batch: int, device
     ca = model.cfg.architecture == "channel_agnostic"
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
     with torch.inference_mode(), autocast:
-        fn = (lambda: model.encode(x)) if ca else (lambda: model.encoder.forward_features(x)[:, model.n_prefix:].mean(1))
+        fn = (
+            (lambda: model.encode(x))
+            if ca
+            else (lambda: model.encoder.forward_features(x)[:, model.n_prefix :].mean(1))
+        )
         fn()  # warm-up
         if device == "cuda":
             torch.cuda.synchronize()
@@ -90,7 +94,9 @@ def vit_flops_per_tile(model: MaskedAutoencoder) -> float:
     d = enc.embed_dim
     depth = len(enc.blocks)
     per_block = 2 * tokens * (4 * d * d + 2 * 4 * d * d) + 2 * 2 * tokens * tokens * d
-    patch = 2 * model.n_patches * d * (model.cfg.patch_size**2 * (1 if model.cfg.channel_agnostic else model.cfg.in_chans))
+    patch = (
+        2 * model.n_patches * d * (model.cfg.patch_size**2 * (1 if model.cfg.channel_agnostic else model.cfg.in_chans))
+    )
     return depth * per_block + patch
 
 
@@ -184,7 +190,9 @@ def main() -> None:
     print("embed at least 0.9 of the bare forward pass everywhere:", bool((table["embed/bare"] >= 0.9).all()))
     if args.docs:
         head = f"`python benchmarks/embed.py --docs` ({device}, torch {torch.__version__}; 6 channels, 16 px patches)"
-        write_block(DOCS / "benchmarks.md", "embed", f"{head}\n\n{markdown(table, ',.2f')}\n\n{markdown(plates, ',.1f')}")
+        write_block(
+            DOCS / "benchmarks.md", "embed", f"{head}\n\n{markdown(table, ',.2f')}\n\n{markdown(plates, ',.1f')}"
+        )
 
 
 if __name__ == "__main__":

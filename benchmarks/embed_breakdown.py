@@ -1,6 +1,7 @@
 """Where embedding time goes, per tile: each part of ``cellica embed`` timed on its own, in one process.
 
-    python benchmarks/embed_breakdown.py [--tiles 512] [--size 224] [--models vit_tiny_patch16_224,vit_small_patch16_224]
+    python benchmarks/embed_breakdown.py [--tiles 512] [--size 224]
+        [--models vit_tiny_patch16_224,vit_small_patch16_224]
                                          [--batch 64] [--loader-tiles 1024] [--docs]
 
 The parts, in the order a tile meets them (each on the same tiles, timed alone, best of
@@ -262,9 +263,12 @@ def main() -> None:
     print(feed.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     print(f"torch {torch.__version__}, {where}, {args.size} px, 6 channels, batch {args.batch}")
     if args.docs:
-        head = (f"`python benchmarks/embed_breakdown.py --docs` ({where}, torch {torch.__version__}; {n} tiles of "
-                f"{args.size} px, 6 channels, uint16, shards of 64; batch {args.batch}; loader workers {args.workers}; the loaders' comparison on "
-                f"{m} tiles)")
+        head = (
+            f"`python benchmarks/embed_breakdown.py --docs` ({where}, torch {torch.__version__}; {n} tiles of "
+            f"{args.size} px, 6 channels, uint16, shards of 64; batch {args.batch}; loader workers {args.workers}; "
+            "the loaders' comparison on "
+            f"{m} tiles)"
+        )
         write_block(DOCS / "benchmarks.md", "embed-breakdown",
                     f"{head}\n\n{markdown(table, ',.3f')}\n\n{markdown(whole, ',.2f')}\n\n{markdown(loads, ',.2f')}"
                     f"\n\nA simulated device ({m} tiles, zstd store; its loader alone: {feed_loader:,.0f} tiles/s):\n\n"

@@ -64,7 +64,9 @@ def machine() -> dict[str, object]:
     cpu = platform.processor() or ""
     info = Path("/proc/cpuinfo")
     if info.is_file():
-        names = [line.split(":", 1)[1].strip() for line in info.read_text().splitlines() if line.startswith("model name")]
+        names = [
+            line.split(":", 1)[1].strip() for line in info.read_text().splitlines() if line.startswith("model name")
+        ]
         cpu = names[0] if names else cpu
     memory = 0.0
     if Path("/proc/meminfo").is_file():

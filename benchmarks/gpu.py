@@ -142,7 +142,9 @@ def main() -> None:
     ap.add_argument("--tiles", type=int, default=8192)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--read-threads", type=int, default=None, help="default: embed.read_threads null (the job's CPUs but one)")
+    ap.add_argument(
+        "--read-threads", type=int, default=None, help="default: embed.read_threads null (the job's CPUs but one)"
+    )
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--ica-shapes", default="22062x384,1000000x384")
     ap.add_argument("--ica-max-iter", type=int, default=1000)

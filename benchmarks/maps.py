@@ -1,6 +1,7 @@
 """Known-relationship recall of the demo's gene maps, with the biology on and off.
 
-    python benchmarks/maps.py [--workdir /tmp/cellica-maps] [--docs] [--bbbc021 ../shared/data/bbbc021_profiles_weeks1-5]
+    python benchmarks/maps.py [--workdir /tmp/cellica-maps] [--docs]
+        [--bbbc021 ../shared/data/bbbc021_profiles_weeks1-5]
 
 Runs the real Snakefile on the demo's config twice, up to the gene maps' recall
 (``results/maps/recall.parquet``; the classifiers are not needed):

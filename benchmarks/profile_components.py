@@ -9,8 +9,9 @@ profiles (``profiles`` defaults, nuclei on the first channel: ~5 minutes on one 
 Each setting keeps ``transform.drop_constant: true`` (as for any CellProfiler-style table),
 without and with ``transform.standardize: controls``, and with ``transform.outlier_cutoff:
 500`` added (features beyond 500 robust z-units on the fit controls dropped), and fits the
-DAG's transforms, classifiers and summary in this process (:mod:`_variants`): per-gene held-out AUROC, Hoyer sparsity (means over genes, 95%
-bootstrap intervals), the true factors' probe R^2 and the controls' batch accuracy.
+DAG's transforms, classifiers and summary in this process (:mod:`_variants`): per-gene held-out
+AUROC, Hoyer sparsity (means over genes, 95% bootstrap intervals), the true factors' probe R^2
+and the controls' batch accuracy.
 A fraction (``0.9``) keeps the components explaining that share of the control variance;
 ``dims`` says how many that was.
 ``--docs`` writes the table into docs/models.md (``profiles-components``).

@@ -55,12 +55,22 @@ def main() -> None:
                                "roc_folds": folds, "top_features": "f1,f2", "notes": "", "seed": 0, "split": "batch",
                                "no_split": False, "n_features": args.dims})
             pg.to_parquet(root / v / "per_gene.parquet")
-            imp = pd.DataFrame({"gene": np.repeat(genes, args.dims), "feature": feats * args.genes,
-                                "importance": rng.exponential(size=args.genes * args.dims) * (rng.random(args.genes * args.dims) < 0.1)})
+            imp = pd.DataFrame(
+                {
+                    "gene": np.repeat(genes, args.dims),
+                    "feature": feats * args.genes,
+                    "importance": rng.exponential(size=args.genes * args.dims)
+                    * (rng.random(args.genes * args.dims) < 0.1),
+                }
+            )
             imp.to_parquet(root / v / "importances.parquet")
             ad.AnnData(rng.standard_normal((args.samples, args.dims), dtype=np.float32), obs=obs,
                        var=pd.DataFrame(index=feats)).write_h5ad(root / f"{v}.h5ad")
-            per_gene[v], importances[v], features[v] = root / v / "per_gene.parquet", root / v / "importances.parquet", root / f"{v}.h5ad"
+            per_gene[v], importances[v], features[v] = (
+                root / v / "per_gene.parquet",
+                root / v / "importances.parquet",
+                root / f"{v}.h5ad",
+            )
             summary.append(pg)
         summary_table(pd.concat(summary, ignore_index=True), pd.DataFrame(), pd.DataFrame(), n_boot=200).to_parquet(
             root / "summary.parquet")
@@ -74,9 +84,12 @@ def main() -> None:
         pages = builder.build_genes()
         t_genes = time.perf_counter() - t0
         size = sum(p.stat().st_size for p in pages)
-        print(f"{args.genes} genes x {len(variants)} variants: index {t_index:.1f} s ({index.stat().st_size / 1e6:.2f} MB), "
-              f"{len(pages)} gene pages {t_genes:.1f} s ({1000 * t_genes / len(pages):.0f} ms/page, "
-              f"{size / len(pages) / 1e3:.0f} kB/page)")
+        print(
+            f"{args.genes} genes x {len(variants)} variants: index {t_index:.1f} s "
+            f"({index.stat().st_size / 1e6:.2f} MB), "
+            f"{len(pages)} gene pages {t_genes:.1f} s ({1000 * t_genes / len(pages):.0f} ms/page, "
+            f"{size / len(pages) / 1e3:.0f} kB/page)"
+        )
 
 
 if __name__ == "__main__":

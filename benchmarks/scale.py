@@ -11,7 +11,8 @@ parquet table (no MAE): 16 latent factors mixed linearly into ``--dims`` dims pl
 8 batches each shifting the embedding, genes with 4 guides of 50 tiles each, every guide in
 its own batch (so the classifiers hold out 4 batches per gene). The real Snakefile runs it
 from ``import_features`` to the HTML reports (variants base, pca, pca_ica, pca_rand; one
-evaluation seed; gene maps scored on known pairs of genes that share their strongest factor) with ``--cores``, twice over one results folder:
+evaluation seed; gene maps scored on known pairs of genes that share their strongest factor) with
+``--cores``, twice over one results folder:
 
 1. every control (``evaluate.max_controls: null``, the default), for a sample of
    ``--sample-genes`` genes per variant (chunk 0 of ``genes / sample`` chunks): the

@@ -95,8 +95,15 @@ def main() -> None:
 
         def read_files(ext, idx):
             if ext == "png":
-                return np.stack([np.stack([np.asarray(Image.open(root / ext / f"t{i}_c{ch}.{ext}")) for ch in range(c)]) for i in idx])
-            return np.stack([np.stack([tifffile.imread(root / ext / f"t{i}_c{ch}.{ext}") for ch in range(c)]) for i in idx])
+                return np.stack(
+                    [
+                        np.stack([np.asarray(Image.open(root / ext / f"t{i}_c{ch}.{ext}")) for ch in range(c)])
+                        for i in idx
+                    ]
+                )
+            return np.stack(
+                [np.stack([tifffile.imread(root / ext / f"t{i}_c{ch}.{ext}") for ch in range(c)]) for i in idx]
+            )
 
         assert np.array_equal(store.read(batches[0]), tiles[batches[0]])
         assert np.array_equal(read_files("png", batches[0][:4]), tiles[batches[0][:4]])
@@ -162,10 +169,14 @@ def verify_cost(root: Path, repeats: int, n: int) -> pd.DataFrame:
 
     store = TileStore.open(root / "s.zarr")
     step = store.shard_tiles
-    unchecked = {"sequential shard slabs (embed)": lambda: [np.asarray(store._array[a: a + step]) for a in range(0, n, step)],
-                 "shuffled shard groups (train loader)": None}
-    checked = {"sequential shard slabs (embed)": lambda: [store.read_range(a, min(a + step, n)) for a in range(0, n, step)],
-               "shuffled shard groups (train loader)": None}
+    unchecked = {
+        "sequential shard slabs (embed)": lambda: [np.asarray(store._array[a : a + step]) for a in range(0, n, step)],
+        "shuffled shard groups (train loader)": None,
+    }
+    checked = {
+        "sequential shard slabs (embed)": lambda: [store.read_range(a, min(a + step, n)) for a in range(0, n, step)],
+        "shuffled shard groups (train loader)": None,
+    }
     norm = TileNormalizer(mode="tile")
 
     def loader(verified: bool):

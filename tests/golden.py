@@ -93,7 +93,9 @@ def compare(found: dict[str, dict[str, str]], recorded: dict[str, dict[str, str]
             if part.endswith("(columns)"):
                 kept = "\x1f".join(c for c in value.split("\x1f") if not added(file, c.split(":")[-1]))
                 if kept != old.get(part):
-                    problems.append(f"{file}: columns {kept.split(chr(31))} recorded as {old.get(part, '').split(chr(31))}")
+                    problems.append(
+                        f"{file}: columns {kept.split(chr(31))} recorded as {old.get(part, '').split(chr(31))}"
+                    )
             elif part not in old:
                 problems += [] if added(file, part.split(":")[-1]) else [f"{file}: a new part {part}"]
             elif old[part] != value:

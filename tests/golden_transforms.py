@@ -72,7 +72,7 @@ def record(tmp: Path) -> dict[str, dict[str, str]]:
     and (inductive variants) the matrix of the model re-applied to another screen."""
     from cellica.core.adata import write_h5ad
     from cellica.registry import VARIANTS
-    from cellica.transform.files import transform_file
+    from cellica.transform.apply import transform_file
     from cellica.transform.params import TransformParams
     from cellica.transform.steps import step_class
 
@@ -86,10 +86,13 @@ def record(tmp: Path) -> dict[str, dict[str, str]]:
         params = TransformParams(**settings)
         for name in VARIANTS:
             fitted, model = tmp / f"{case}_{name}.h5ad", tmp / f"{case}_{name}.npz"
-            result = transform_file(train, fitted, name, params, model_out=model)
+            result = transform_file(train, fitted, name, params=params, model_out=model)
             parts = {"X": digest(fitted)["X"], "var_names": _sha("\x1f".join(result.var_names).encode())}
             parts.update({f"model:{k}": v for k, v in digest(model).items()})
-            if not result.uns["transform"]["steps"] or not step_class(result.uns["transform"]["steps"][-1]).transductive:
+            if (
+                not result.uns["transform"]["steps"]
+                or not step_class(result.uns["transform"]["steps"][-1]).transductive
+            ):
                 applied = tmp / f"{case}_{name}_applied.h5ad"
                 transform_file(other, applied, apply=model)
                 parts["applied:X"] = digest(applied)["X"]

@@ -113,7 +113,7 @@ def _embeddings(tmp_path, obs_extra=None, features=None):
 def test_a_baseline_is_the_base_variant_under_its_own_name(tmp_path):
     from cellica.core.adata import read_h5ad, stored_variant
     from cellica.core.lineage import features_id, lineage_for
-    from cellica.transform.files import baseline_file
+    from cellica.transform.apply import baseline_file
     from cellica.transform.params import TransformParams
     from cellica.transform.variants import make_transform
 
@@ -123,7 +123,10 @@ def test_a_baseline_is_the_base_variant_under_its_own_name(tmp_path):
     made = baseline_file("cell_count", emb, out, column="Metadata_Count_Cells")
     assert made.X.ravel().tolist() == counts and list(made.var_names) == ["Metadata_Count_Cells"]  # base: unchanged
     assert stored_variant(out, "?") == "cell_count"
-    assert lineage_for(out, "cell_count") == {"cell_count": features_id(out), "(source of cell_count)": features_id(emb)}
+    assert lineage_for(out, "cell_count") == {
+        "cell_count": features_id(out),
+        "(source of cell_count)": features_id(emb),
+    }
     whole = baseline_file("untrained", emb, tmp_path / "u.h5ad")  # every feature, as base makes them
     np.testing.assert_array_equal(whole.X, make_transform("base", TransformParams()).fit_transform(read_h5ad(emb)).X)
     assert baseline_file("cell_count", emb, tmp_path / "f1.h5ad", column="f1").X.ravel().tolist() == \
@@ -141,7 +144,7 @@ def test_a_bad_count_column_is_one_line_and_writes_nothing(tmp_path, capsys, col
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and message in err[0] and str(emb) in err[0] and not out.exists()
     with pytest.raises(CellicaError, match="unknown name 'shuffled'"):
-        from cellica.transform.files import baseline_file
+        from cellica.transform.apply import baseline_file
 
         baseline_file("shuffled", emb, out)
 

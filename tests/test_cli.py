@@ -25,21 +25,32 @@ def test_every_command_the_rules_call_exists_and_every_command_is_documented():
     assert not undocumented, f"commands no doc names as `cellica <command>`: {undocumented}"
 
 
-def test_help_lists_every_stage(capsys):
+def test_help_lists_every_stage_once_in_the_table_s_order_with_its_line(capsys):
+    """`cellica --help` lists exactly the commands of the parser's table, in its order, each with
+    the start of its own help line (not merely the name somewhere on the page)."""
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     assert exc.value.code == 0
-    out = capsys.readouterr().out
-    for stage in STAGES:
-        assert stage in out
+    listed = re.findall(r"^    ([a-z][a-z-]+) +(\S.*)$|^    ([a-z][a-z-]+)$", capsys.readouterr().out, re.M)
+    names = [a or c for a, _, c in listed]
+    assert names == STAGES
+    helps = {c[0]: c[1] for c in COMMANDS}
+    for a, shown, _ in listed:
+        if a:  # a name short enough to share its line with the help text
+            assert helps[a].startswith(shown.split(" (")[0][:30]), (a, shown)
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_each_stage_has_help(stage, capsys):
+def test_each_stage_s_help_offers_every_option_it_accepts(stage, capsys):
+    """A stage's --help shows each option the parser accepts for it (the table's and those
+    generated from its parameter class), so no option is usable but undocumented."""
+    parser = build_parser()._subparsers._group_actions[0].choices[stage]
+    flags = {f for action in parser._actions for f in action.option_strings if f.startswith("--") and f != "--help"}
     with pytest.raises(SystemExit) as exc:
         main([stage, "--help"])
     assert exc.value.code == 0
-    assert f"usage: cellica {stage}" in capsys.readouterr().out
+    shown = set(re.findall(r"(--[a-z][a-z0-9-]*)", capsys.readouterr().out))
+    assert flags and flags <= shown, sorted(flags - shown)
 
 
 def test_console_script_exit_codes(tmp_path):
@@ -72,7 +83,8 @@ def test_parse_value_kinds():
 
 
 def test_parser_builds_without_heavy_imports():
-    code = "import sys, cellica.cli.parser as c; c.build_parser(); print(any(m in sys.modules for m in ('torch', 'scanpy', 'lightgbm')))"
+    code = ("import sys, cellica.cli.parser as c; c.build_parser(); "
+            "print(any(m in sys.modules for m in ('torch', 'scanpy', 'lightgbm')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -90,16 +102,38 @@ def test_transform_cli_fit_apply_and_bad_inputs(tmp_path, capsys):
     obs = pd.DataFrame({"plate": "P", "well": "W", "batch": ["B1", "B2"] * 20, "perturbation": ["c"] * 30 + ["g"] * 10,
                         "is_control": [True] * 30 + [False] * 10}, index=[f"s{i}" for i in range(40)])
     ad.AnnData(rng.normal(size=(40, 3)).astype(np.float32), obs=obs).write_h5ad(tmp_path / "e.h5ad")
-    assert main(["transform", "--variant", "pca_ica", "--input", str(tmp_path / "e.h5ad"), "--out", str(tmp_path / "f.h5ad"),
-                 "--model-out", str(tmp_path / "m.npz")]) == 0
+    assert (
+        main(
+            [
+                "transform",
+                "--variant",
+                "pca_ica",
+                "--input",
+                str(tmp_path / "e.h5ad"),
+                "--out",
+                str(tmp_path / "f.h5ad"),
+                "--model-out",
+                str(tmp_path / "m.npz"),
+            ]
+        )
+        == 0
+    )
     assert main(["transform", "--apply", str(tmp_path / "m.npz"), "--input", str(tmp_path / "e.h5ad"),
                  "--out", str(tmp_path / "g.h5ad")]) == 0
-    assert main(["transform", "--variant", "ica", "--input", str(tmp_path / "e.h5ad"), "--out", str(tmp_path / "x.h5ad")]) == 2
+    assert (
+        main(["transform", "--variant", "ica", "--input", str(tmp_path / "e.h5ad"), "--out", str(tmp_path / "x.h5ad")])
+        == 2
+    )
     assert "unknown transform variant 'ica'" in capsys.readouterr().err
     bad = ad.read_h5ad(tmp_path / "e.h5ad")
     bad.X[3, 1] = np.nan
     bad.write_h5ad(tmp_path / "nan.h5ad")
-    assert main(["transform", "--variant", "pca", "--input", str(tmp_path / "nan.h5ad"), "--out", str(tmp_path / "x.h5ad")]) == 2
+    assert (
+        main(
+            ["transform", "--variant", "pca", "--input", str(tmp_path / "nan.h5ad"), "--out", str(tmp_path / "x.h5ad")]
+        )
+        == 2
+    )
     assert "NaN/Inf features, e.g. ['s3']" in capsys.readouterr().err
     assert not (tmp_path / "x.h5ad").exists()
     assert main(["evaluate", "--features", str(tmp_path / "missing.h5ad"), "--out", str(tmp_path / "p.parquet"),

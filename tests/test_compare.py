@@ -14,7 +14,11 @@ def test_bootstrap_ci_by_hand():
     assert bootstrap_ci([2.0, 2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)
     mean, lo, hi = bootstrap_ci(np.arange(100.0), n_boot=4000, seed=1)
     # Mean 49.5; the standard error is 29.0 / sqrt(100) = 2.9, so the 95% interval is about +-5.7.
-    assert mean == pytest.approx(49.5) and lo == pytest.approx(49.5 - 5.7, abs=0.8) and hi == pytest.approx(49.5 + 5.7, abs=0.8)
+    assert (
+        mean == pytest.approx(49.5)
+        and lo == pytest.approx(49.5 - 5.7, abs=0.8)
+        and hi == pytest.approx(49.5 + 5.7, abs=0.8)
+    )
     assert bootstrap_ci([1.0, 2.0, 3.0, np.nan])[0] == pytest.approx(2.0)  # NaN dropped
     with pytest.raises(CellicaError, match=r"needs >= 3 genes with a value, got 2"):
         bootstrap_ci([1.0, 2.0, np.nan])
@@ -44,7 +48,9 @@ def _per_gene(values: dict[str, list[float]], metric="auroc_mean", seeds=(0,), n
 def test_paired_comparison_and_claim_verdicts():
     rng = np.random.default_rng(0)
     base = rng.uniform(0.5, 0.7, 30)
-    pg = _per_gene({"base": base, "pca": base + 0.05, "pca_rand": base + 0.02, "pca_ica": base + 0.10 + rng.normal(0, 0.01, 30)})
+    pg = _per_gene(
+        {"base": base, "pca": base + 0.05, "pca_rand": base + 0.02, "pca_ica": base + 0.10 + rng.normal(0, 0.01, 30)}
+    )
     values = gene_values(pg)
     comps = compare_variants(values, {}, n_boot=1000, seed=0)
     row = comps.set_index(["metric", "variant", "other"]).loc[("auroc_heldout", "pca_ica", "pca")]
@@ -104,7 +110,9 @@ def test_a_p_value_reads_in_fixed_point():
 def test_sparsity_is_not_compared_across_feature_counts_and_random_splits_stay_apart():
     vals = {"base": [0.1, 0.2, 0.3, 0.4], "pca": [0.5, 0.6, 0.7, 0.8]}
     pg = _per_gene(vals, metric="sparsity", n_features={"base": 192, "pca": 16})
-    comps = compare_variants(gene_values(pg), {"base": 192, "pca": 16}, 500, 0).set_index(["metric", "variant", "other"])
+    comps = compare_variants(gene_values(pg), {"base": 192, "pca": 16}, 500, 0).set_index(
+        ["metric", "variant", "other"]
+    )
     assert "not comparable: pca has 16 features, base 192" in comps.loc[("sparsity", "pca", "base"), "detail"]
     assert comps.loc[("sparsity", "pca", "base"), "verdict"] == "not tested"
     # A pair naming a variant that was not run says so (never a silent pass or NaN).
@@ -206,7 +214,9 @@ def test_a_comparison_identical_on_every_gene_is_not_tested_and_leaves_holm_alon
     out = compare_variants(values, {}, 200, 0, pairs=[("pca", "base"), ("pca", "copy")],
                            metrics=("auroc_heldout",)).set_index("other")
     assert out.loc["copy", "verdict"] == "not tested"
-    assert out.loc["copy", "detail"] == "not tested: pca and copy are identical on every gene and seed (by construction)"
+    assert (
+        out.loc["copy", "detail"] == "not tested: pca and copy are identical on every gene and seed (by construction)"
+    )
     alone = compare_variants(values, {}, 200, 0, pairs=[("pca", "base")], metrics=("auroc_heldout",))
     assert out.loc["base", "p_holm"] == alone["p_holm"].iloc[0]
 

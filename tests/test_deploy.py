@@ -140,7 +140,9 @@ def test_the_container_definitions_build_from_the_lock_with_one_install_step():
     apptainer = (REPO / "workflow" / "envs" / "cellica.def").read_text()
     install = REPO / "workflow" / "envs" / "install.sh"
     assert subprocess.run(["bash", "-n", str(install)]).returncode == 0
-    assert '--constraint "$lock" "$root"' in install.read_text() and "cellica environment --check" in install.read_text()
+    assert (
+        '--constraint "$lock" "$root"' in install.read_text() and "cellica environment --check" in install.read_text()
+    )
     # Every file either definition copies exists (paths from the repository root).
     files_section = apptainer.split("%files")[1].split("%")[0]
     sources = _copied(docker) + [line.split()[0] for line in files_section.splitlines() if line.strip()]

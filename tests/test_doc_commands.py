@@ -26,20 +26,34 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 INSTALL = ('python3 -m venv .venv && . .venv/bin/activate && pip install -c requirements.lock -e ".[dev]" && pip '
            'install -c requirements.lock --no-deps efaar-benchmarking && ')
 NOT_RUN = {
-    ("README.md", INSTALL + "snakemake --cores 2"):
-        "CI installs with this line's first part (.ci/run); the demo's DAG is the e2e tests' tiny run",
-    ("README.md", INSTALL + 'pytest -m "not e2e" -n 2 --dist loadfile && pytest -m "e2e and not hpc" -n 2 --dist '
-                            'loadfile && pytest -m hpc'): "it is CI (.ci/run runs this line)",
+    (
+        "README.md",
+        INSTALL + "snakemake --cores 2",
+    ): "CI installs with this line's first part (.ci/run); the demo's DAG is the e2e tests' tiny run",
+    (
+        "README.md",
+        INSTALL + 'pytest -m "not e2e" -n 2 --dist loadfile && pytest -m "e2e and not hpc" -n 2 --dist '
+        "loadfile && pytest -m hpc",
+    ): "it is CI (.ci/run runs this line)",
     ("deploy.md", "pip install snakedeploy"): "the dev extra has it",
-    ("deploy.md", "snakedeploy deploy-workflow https://github.com/cellica/cellica my-screen --tag v0.1.0 --name "
-                  "cellica"): "a download (tests/test_deploy.py deploys this checkout)",
+    (
+        "deploy.md",
+        "snakedeploy deploy-workflow https://github.com/cellica/cellica my-screen --tag v0.1.0 --name cellica",
+    ): "a download (tests/test_deploy.py deploys this checkout)",
     ("deploy.md", "cd my-screen"): "the folder the line above makes",
-    ("deploy.md", "snakemake --cores all --software-deployment-method apptainer"):
-        "needs Apptainer (every job in the container)",
-    ("deploy.md", "docker build -f workflow/envs/Dockerfile -t ghcr.io/cellica/cellica:0.1.0 ."): "needs a Docker daemon",
+    (
+        "deploy.md",
+        "snakemake --cores all --software-deployment-method apptainer",
+    ): "needs Apptainer (every job in the container)",
+    (
+        "deploy.md",
+        "docker build -f workflow/envs/Dockerfile -t ghcr.io/cellica/cellica:0.1.0 .",
+    ): "needs a Docker daemon",
     ("deploy.md", "apptainer build cellica-0.1.0.sif workflow/envs/cellica.def"): "needs Apptainer",
-    ("models.md", "huggingface-cli download recursionpharma/OpenPhenom --local-dir ~/models/openphenom"):
-        "a download (no network there)",
+    (
+        "models.md",
+        "huggingface-cli download recursionpharma/OpenPhenom --local-dir ~/models/openphenom",
+    ): "a download (no network there)",
 }
 # Files a documented command names as the user's own, and what stands in for them here.
 STAND_INS = {"my_screen.yaml": REPO / "tests" / "configs" / "tiny.yaml",

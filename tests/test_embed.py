@@ -21,7 +21,7 @@ class NotATensor:  # a pickled object must never be loaded
 
 def test_embed_writes_anndata_contract(tiny_store, tiny_model, tmp_path):
     out = tmp_path / "e.h5ad"
-    adata = embed_store(tiny_store.path, tiny_model, out, EmbedParams(batch_size=7))
+    adata = embed_store(tiny_store.path, tiny_model, out, params=EmbedParams(batch_size=7))
     back = ad.read_h5ad(out)
     assert back.shape == (tiny_store.n_tiles, 192) and back.X.dtype == np.float32
     assert back.obs_names.tolist() == tiny_store.metadata["tile_id"].tolist()
@@ -114,7 +114,9 @@ def test_normalising_on_the_device_equals_the_loader_s_up_to_rounding(tiny_store
 def test_embeddings_normalised_on_the_device_equal_the_loader_s(tiny_store, tiny_model):
     loader = embed_store(tiny_store.path, tiny_model, params=EmbedParams(batch_size=16, normalize_on="loader"))
     device = embed_store(tiny_store.path, tiny_model, params=EmbedParams(batch_size=16, normalize_on="device"))
-    assert device.uns["provenance"]["normalized_on"] == "device" and loader.uns["provenance"]["normalized_on"] == "loader"
+    assert (
+        device.uns["provenance"]["normalized_on"] == "device" and loader.uns["provenance"]["normalized_on"] == "loader"
+    )
     assert loader.uns["provenance"]["arithmetic"] == "float32"  # bf16 is CUDA's only (embed.precision)
     np.testing.assert_allclose(device.X, loader.X, rtol=1e-4, atol=1e-4)
     # auto on CPU normalises in the loader: the embeddings of before, bit for bit
@@ -193,7 +195,9 @@ def test_aggregate_wells_by_hand():
 # ---------------------------------------------------------------------- checkpoints
 def _timm_state(in_chans=3, name="vit_tiny_patch16_224", **kw):
     torch.manual_seed(0)
-    model = timm.create_model(name, pretrained=False, num_classes=0, in_chans=in_chans, img_size=32, patch_size=8, depth=1, **kw)
+    model = timm.create_model(
+        name, pretrained=False, num_classes=0, in_chans=in_chans, img_size=32, patch_size=8, depth=1, **kw
+    )
     return model.state_dict()
 
 
@@ -203,7 +207,9 @@ def test_timm_checkpoint_with_channel_adaptation(tiny_store, tmp_path, caplog):
     with pytest.raises(CellicaError, match="has 3 input channels but .* has 4"):
         embed_store(tiny_store.path, path, params=EmbedParams(model_name="vit_tiny_patch16_224"))
     with caplog.at_level(logging.WARNING, logger="cellica"):
-        adata = embed_store(tiny_store.path, path, params=EmbedParams(model_name="vit_tiny_patch16_224", adapt_channels=True))
+        adata = embed_store(
+            tiny_store.path, path, params=EmbedParams(model_name="vit_tiny_patch16_224", adapt_channels=True)
+        )
     assert "adapted the patch embedding from 3 to 4 channels" in caplog.text
     assert adata.uns["provenance"]["format"] == "timm"
     with pytest.raises(CellicaError, match="name its timm architecture"):
@@ -220,14 +226,18 @@ def test_mae_style_checkpoint_with_decoder_and_other_tile_size(tmp_path, caplog)
         model, norm, info = load_encoder(path, 4, 64, model_name="vit_tiny_patch16_224")
     assert "resampled position embeddings from 16 to 64 patches" in caplog.text
     assert model.encode(torch.randn(2, 4, 64, 64)).shape == (2, 192)
-    with pytest.raises(CellicaError, match="tile size 60 of the tile store is not a multiple of the checkpoint's patch size 8"):
+    with pytest.raises(
+        CellicaError, match="tile size 60 of the tile store is not a multiple of the checkpoint's patch size 8"
+    ):
         load_encoder(path, 4, 60, model_name="vit_tiny_patch16_224")
 
 
 def test_mismatched_shapes_are_named(tmp_path):
     path = tmp_path / "small.pth"
     torch.save(_timm_state(4, "vit_small_patch16_224"), path)
-    with pytest.raises(CellicaError, match=r"does not fit vit_tiny_patch16_224: .*checkpoint \(1, 17, 384\) vs model \(1, 17, 192\)"):
+    with pytest.raises(
+        CellicaError, match=r"does not fit vit_tiny_patch16_224: .*checkpoint \(1, 17, 384\) vs model \(1, 17, 192\)"
+    ):
         load_encoder(path, 4, 32, model_name="vit_tiny_patch16_224")
 
 

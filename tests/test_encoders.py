@@ -121,7 +121,9 @@ def test_openphenom_layout_bad_checkpoints(tmp_path):
         load_encoder(path, 5, 32)
     del bad["encoder.vit_backbone.blocks.0.ls.gamma"]
     torch.save(bad, path)
-    with pytest.raises(CellicaError, match=r"first differing tensor blocks.0.ls.gamma; missing \['blocks.0.ls.gamma'\]"):
+    with pytest.raises(
+        CellicaError, match=r"first differing tensor blocks.0.ls.gamma; missing \['blocks.0.ls.gamma'\]"
+    ):
         load_encoder(path, 5, 32)
     _, wide = openphenom_like(patch_size=16, img_size=32)  # patch 16: 2 x 2 positions per channel
     torch.save(wide, path)
@@ -153,7 +155,7 @@ def test_block_and_pooling(tiny_store, tiny_model, tmp_path):
     cls = embed_store(tiny_store.path, tiny_model, params=EmbedParams(pooling="cls"))
     np.testing.assert_array_equal(both.X, np.hstack([last.X, cls.X]))
     with pytest.raises(CellicaError, match=r"embed.block 1 is out of range for a 1-block encoder: use -1..0"):
-        embed_store(tiny_store.path, tiny_model, tmp_path / "x.h5ad", EmbedParams(block=1))
+        embed_store(tiny_store.path, tiny_model, tmp_path / "x.h5ad", params=EmbedParams(block=1))
     assert not (tmp_path / "x.h5ad").exists()
 
 

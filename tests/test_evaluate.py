@@ -27,8 +27,17 @@ def screen(n=40, d=6, batches=("B1", "B2", "B3"), seed=0, batch_shift=0.0):
             if gene in ("STRONG", "ONEB"):
                 x[:, 0] += 3.0
             xs.append(x)
-            rows += [{"plate": f"{b}-P1", "well": f"W{w:02d}{k % 4}", "batch": b, "perturbation": gene, "is_control": ctrl,
-                      "guide": f"{gene}_g{k % 2 + 1}"} for k in range(n)]
+            rows += [
+                {
+                    "plate": f"{b}-P1",
+                    "well": f"W{w:02d}{k % 4}",
+                    "batch": b,
+                    "perturbation": gene,
+                    "is_control": ctrl,
+                    "guide": f"{gene}_g{k % 2 + 1}",
+                }
+                for k in range(n)
+            ]
     obs = pd.DataFrame(rows, index=[f"t{i}" for i in range(len(rows))])
     return ad.AnnData(np.vstack(xs).astype(np.float32), obs=obs, var=pd.DataFrame(index=[f"f{i}" for i in range(d)]))
 
@@ -81,8 +90,11 @@ def test_default_is_lightgbms_own_binning_per_training_set():
         params = {"objective": "binary", "is_unbalance": True, "learning_rate": 0.05, "num_leaves": 31,
                   "feature_fraction": 0.6, "reg_alpha": 5.0, "reg_lambda": 1.0, "min_data_in_leaf": 5, "max_bin": 255,
                   "num_threads": 1, "seed": 0, "deterministic": True, "force_col_wise": True, "verbose": -1}
-        ds = lgb.Dataset(x[tr], label=pert[tr].astype(float), params={k: params[k] for k in
-                                                                      ("max_bin", "min_data_in_leaf", "verbose", "seed")})
+        ds = lgb.Dataset(
+            x[tr],
+            label=pert[tr].astype(float),
+            params={k: params[k] for k in ("max_bin", "min_data_in_leaf", "verbose", "seed")},
+        )
         booster = lgb.train(params, ds, num_boost_round=15)
         aucs.append(roc_auc_score(pert[te], booster.predict(x[te])))
     assert pg.set_index("gene").loc["STRONG", "auroc_mean"] == pytest.approx(np.mean(aucs), abs=1e-12)

@@ -47,7 +47,8 @@ def _make_run(root: Path, seed: int, capsys) -> Path:
     steps = [
         ["simulate", "--out", root / "tiles.zarr", *SIM, "--seed", seed],
         ["train-mae", "--store", root / "tiles.zarr", "--out", root / "model.safetensors", *MAE, "--seed", seed],
-        ["embed", "--store", root / "tiles.zarr", "--checkpoint", root / "model.safetensors", "--out", root / "emb.h5ad"],
+        ["embed", "--store", root / "tiles.zarr", "--checkpoint", root / "model.safetensors", "--out",
+         root / "emb.h5ad"],
         *[["embed", "--store", root / "tiles.zarr", "--checkpoint", root / "model.safetensors", "--out",
            root / f"shard{i}.h5ad", "--shard", f"{i}/2"] for i in (0, 1)],
         ["transform", "--input", root / "emb.h5ad", "--out", root / "pca.h5ad", "--variant", "pca",
@@ -68,7 +69,8 @@ def _make_run(root: Path, seed: int, capsys) -> Path:
     (root / "pairs.csv").write_text("entity1,entity2\nGENE001,GENE002\nGENE003,GENE004\n")
     # a features table of one's own, and image files with their manifest
     rng = np.random.default_rng(seed)
-    table = pd.DataFrame({"plate": "P1", "well": [f"A{i:02d}" for i in range(60)], "batch": [f"b{i % 2}" for i in range(60)],
+    table = pd.DataFrame({"plate": "P1", "well": [f"A{i:02d}" for i in range(60)],
+                          "batch": [f"b{i % 2}" for i in range(60)],
                           "perturbation": ["ctrl" if i % 3 == 0 else f"G{i % 4}" for i in range(60)],
                           "is_control": [i % 3 == 0 for i in range(60)]})
     for k in range(6):

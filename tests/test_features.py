@@ -47,7 +47,9 @@ def test_bad_tables(tmp_path):
     with pytest.raises(CellicaError, match=r"missing column\(s\) \['Metadata_Batch'\]"):
         import_features(path, params=PARAMS)
     _table().to_csv(path, index=False)
-    with pytest.raises(CellicaError, match=r"missing metadata column\(s\) \['plate', 'well', 'batch', 'perturbation', 'is_control'\]"):
+    with pytest.raises(
+        CellicaError, match=r"missing metadata column\(s\) \['plate', 'well', 'batch', 'perturbation', 'is_control'\]"
+    ):
         import_features(path)
     t = _table()
     t.loc[2, "Cells_Area"] = np.nan
@@ -63,9 +65,16 @@ def test_bad_tables(tmp_path):
 
 def test_real_bbbc021_profiles(tmp_path):
     path = shared("bbbc021_profiles_weeks1-5") / "bbbc021_weeks1-5_well_profiles.csv.gz"
-    params = FeatureTableParams(column_map={"plate": "Metadata_Plate", "well": "Metadata_Well", "batch": "Metadata_Batch",
-                                            "perturbation": "Metadata_Perturbation", "is_control": "Metadata_is_control"},
-                                extra_metadata=["n_images"])
+    params = FeatureTableParams(
+        column_map={
+            "plate": "Metadata_Plate",
+            "well": "Metadata_Well",
+            "batch": "Metadata_Batch",
+            "perturbation": "Metadata_Perturbation",
+            "is_control": "Metadata_is_control",
+        },
+        extra_metadata=["n_images"],
+    )
     adata = import_features(path, tmp_path / "bbbc021.h5ad", params)
     assert adata.shape == (387, 516)
     assert adata.obs["batch"].nunique() == 5

@@ -35,9 +35,19 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
                     if gene != "ctrl":
                         f[int(gene[1])] += 1.5
                     z.append(f)
-                    rows.append({"tile_id": f"b{b}w{w}{gene}{k}", "plate": f"P{b}", "well": f"W{w}",
-                                 "batch": f"B{b}", "gene": gene, "ctrl": gene == "ctrl", "guide": f"{gene}_{k % 2}",
-                                 "site": k % 3, "n_cells": counts.poisson(20 if gene == "G0" else 40)})  # G0 kills cells
+                    rows.append(
+                        {
+                            "tile_id": f"b{b}w{w}{gene}{k}",
+                            "plate": f"P{b}",
+                            "well": f"W{w}",
+                            "batch": f"B{b}",
+                            "gene": gene,
+                            "ctrl": gene == "ctrl",
+                            "guide": f"{gene}_{k % 2}",
+                            "site": k % 3,
+                            "n_cells": counts.poisson(20 if gene == "G0" else 40),
+                        }
+                    )  # G0 kills cells
     z = np.asarray(z)
     offsets = np.repeat(rng.normal(0, 0.3, (3, 12)), [sum(r["batch"] == f"B{b}" for r in rows) for b in range(3)], 0)
     emb = z @ rng.normal(size=(4, 12)) + offsets + 0.05 * rng.normal(size=(len(z), 12))
@@ -45,13 +55,23 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
     table.to_csv(tmp_path / "tiles.csv", index=False)
     pd.DataFrame(z, columns=[f"z{i}" for i in range(4)]).assign(sample_id=table["tile_id"]).to_parquet(
         tmp_path / "truth.parquet")
-    cfg = {"results_dir": "results", "reports_dir": "reports", "source": "features",
-           "features": {"path": str(tmp_path / "tiles.csv"), "id_column": "tile_id", "extra_metadata": ["guide", "site", "n_cells"],
-                        "column_map": {"plate": "plate", "well": "well", "batch": "batch", "perturbation": "gene",
-                                       "is_control": "ctrl"}, "truth": str(tmp_path / "truth.parquet")},
-           "baselines": {"cell_count_column": "n_cells"},  # the cell-count baseline of imported features
-           "transform": {"n_components": 4, "batch_correction": None, "variants": list(PAPER_VARIANTS)},
-           "evaluate": {"n_trees": 20, "min_data_in_leaf": 5, "map_null_size": 100, "n_boot": 200}, "maps": {"min_genes": 3, "consistency_permutations": 100, "null_pairs": 100, "n_boot": 100}}
+    cfg = {
+        "results_dir": "results",
+        "reports_dir": "reports",
+        "source": "features",
+        "features": {
+            "path": str(tmp_path / "tiles.csv"),
+            "id_column": "tile_id",
+            "extra_metadata": ["guide", "site", "n_cells"],
+            "column_map": {"plate": "plate", "well": "well", "batch": "batch", "perturbation": "gene",
+                           "is_control": "ctrl"},
+            "truth": str(tmp_path / "truth.parquet"),
+        },
+        "baselines": {"cell_count_column": "n_cells"},  # the cell-count baseline of imported features
+        "transform": {"n_components": 4, "batch_correction": None, "variants": list(PAPER_VARIANTS)},
+        "evaluate": {"n_trees": 20, "min_data_in_leaf": 5, "map_null_size": 100, "n_boot": 200},
+        "maps": {"min_genes": 3, "consistency_permutations": 100, "null_pairs": 100, "n_boot": 100},
+    }
     config = tmp_path / "byo.yaml"
     config.write_text(yaml.safe_dump(cfg))
     run = snakemake(tmp_path, configfile=config)
@@ -61,7 +81,10 @@ def test_imported_tile_embeddings_with_pooled_wells_truth_and_no_batch_correctio
     assert feats.n_vars == 4 and {"tile_id", "site", "guide"} <= set(feats.obs.columns)
     assert feats.uns["transform"]["params"]["batch_correction"] == "null"
     batch = pd.read_parquet(res / "eval" / "batch_metrics.parquet").set_index("variant")
-    assert batch.loc["pca_ica", "truth_mcc"] > 0.8 and batch.loc["pca_ica", "truth_infom"] > batch.loc["pca", "truth_infom"]
+    assert (
+        batch.loc["pca_ica", "truth_mcc"] > 0.8
+        and batch.loc["pca_ica", "truth_infom"] > batch.loc["pca", "truth_infom"]
+    )
     assert np.isnan(batch.loc["pca", "truth_batch_r2"])  # a table of factors has no plate parameters
     act = pd.read_parquet(res / "eval" / "activity.parquet")
     assert set(act["perturbation"]) == {"G0", "G1", "G2", "G3"}

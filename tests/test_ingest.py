@@ -12,13 +12,23 @@ from tests.conftest import shared
 CHANNELS = ["DNA", "ER", "Mito"]
 
 
-def make_fields(root, fields=(("B1", "P1", "A01", 1, True), ("B1", "P1", "A02", 1, False), ("B2", "P2", "A01", 1, True)),
-                shape=(50, 70), fmt="tif", dtype=np.uint16, channel_order=CHANNELS):
+def make_fields(
+    root,
+    fields=(("B1", "P1", "A01", 1, True), ("B1", "P1", "A02", 1, False), ("B2", "P2", "A01", 1, True)),
+    shape=(50, 70),
+    fmt="tif",
+    dtype=np.uint16,
+    channel_order=CHANNELS,
+):
     """Write per-channel images and a manifest; pixel value = 1000*channel + field index."""
     rows = []
     for f, (batch, plate, well, site, ctrl) in enumerate(fields):
         for c, ch in enumerate(CHANNELS):
-            img = np.full(shape, 1000 * (c + 1) + f, dtype=dtype) if dtype != np.uint8 else np.full(shape, 10 * (c + 1) + f, dtype)
+            img = (
+                np.full(shape, 1000 * (c + 1) + f, dtype=dtype)
+                if dtype != np.uint8
+                else np.full(shape, 10 * (c + 1) + f, dtype)
+            )
             path = root / f"{plate}_{well}_s{site}_{ch}.{fmt}"
             if fmt == "tif":
                 tifffile.imwrite(path, img, compression="zlib")
@@ -145,8 +155,14 @@ def test_overwrite_protection(tmp_path):
 
 def test_real_rxrx1_pngs(tmp_path):
     root = shared("rxrx1_negctrl_6ch")
-    p = IngestParams(channels=[1, 2, 3, 4, 5, 6], tile_size=256, column_map={"batch": "experiment", "perturbation": "sirna"},
-                     control_label="UNTREATED", incomplete_fields="skip", dtype="uint8")
+    p = IngestParams(
+        channels=[1, 2, 3, 4, 5, 6],
+        tile_size=256,
+        column_map={"batch": "experiment", "perturbation": "sirna"},
+        control_label="UNTREATED",
+        incomplete_fields="skip",
+        dtype="uint8",
+    )
     store = ingest(root / "manifest.csv", tmp_path / "rx.zarr", p)
     md = store.metadata
     assert store.n_tiles == 18 * 4 and store.n_channels == 6

@@ -114,11 +114,17 @@ def test_the_examples_of_the_issue_name_the_kind_expected(tmp_path, capsys, tiny
     from cellica.core import kinds
 
     code = main(["export-efaar", str(samples[kinds.FEATURES]), "--out", str(tmp_path / "efaar")])
-    assert code == 2 and "where a gene map (an .h5ad with a row per gene) or an .h5ad file without is_control is needed" \
+    assert (
+        code == 2
+        and "where a gene map (an .h5ad with a row per gene) or an .h5ad file without is_control is needed"
         in capsys.readouterr().err
+    )
     code = main(["baseline", "--name", "untrained", "--input", str(tiny_store.path), "--out", str(tmp_path / "b.h5ad")])
     assert code == 2 and f"--input {tiny_store.path} is a tile store, where features" in capsys.readouterr().err
     code = main(["embed", "--store", str(samples[kinds.FEATURES]), "--checkpoint", str(samples[kinds.OTHER]),
                  "--out", str(tmp_path / "e.h5ad")])
-    assert code == 2 and "is features (an .h5ad with a row per tile, well or sample, marked is_control or not), where a tile store is needed" \
-        in capsys.readouterr().err
+    assert (
+        code == 2
+        and "is features (an .h5ad with a row per tile, well or sample, marked is_control or not), where a "
+        "tile store is needed" in capsys.readouterr().err
+    )

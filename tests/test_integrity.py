@@ -56,7 +56,9 @@ def test_changed_store_contents_never_resume_an_old_model(tmp_path, caplog):
     assert "starting afresh" in caplog.text and "tile store's contents changed" in caplog.text
     fresh = train_mae(store, tmp_path / "fresh" / "model.safetensors", params)
     assert [h["loss"] for h in rerun["history"]] == [h["loss"] for h in fresh["history"]]
-    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "fresh" / "model.safetensors").read_bytes()
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (
+        tmp_path / "fresh" / "model.safetensors"
+    ).read_bytes()
 
 
 def test_a_pickled_or_damaged_checkpoint_is_one_line(tmp_path, tiny_store, capsys):
@@ -240,11 +242,19 @@ def test_paths_with_spaces_and_shell_syntax_run_nothing(tmp_path):
                              **{f"e{i}": rng.normal() + (1.0 if gene != "ctrl" and i == 0 else 0) for i in range(6)}})
     evil = tmp_path / "in put $(touch PWNED1) `touch PWNED2`.csv"
     pd.DataFrame(rows).to_csv(evil, index=False)
-    cfg = {"results_dir": "my results $(touch PWNED3)", "reports_dir": "my reports", "source": "features",
-           "features": {"path": str(evil), "column_map": {"plate": "plate", "well": "well", "batch": "batch",
-                                                         "perturbation": "gene", "is_control": "ctrl"}},
-           "transform": {"n_components": 4, "variants": ["base", "pca"]},
-           "evaluate": {"n_trees": 5, "min_data_in_leaf": 3, "map_null_size": 100, "n_boot": 100}, "maps": {"min_genes": 3, "consistency_permutations": 100, "null_pairs": 100, "n_boot": 100}}
+    cfg = {
+        "results_dir": "my results $(touch PWNED3)",
+        "reports_dir": "my reports",
+        "source": "features",
+        "features": {
+            "path": str(evil),
+            "column_map": {"plate": "plate", "well": "well", "batch": "batch", "perturbation": "gene",
+                           "is_control": "ctrl"},
+        },
+        "transform": {"n_components": 4, "variants": ["base", "pca"]},
+        "evaluate": {"n_trees": 5, "min_data_in_leaf": 3, "map_null_size": 100, "n_boot": 100},
+        "maps": {"min_genes": 3, "consistency_permutations": 100, "null_pairs": 100, "n_boot": 100},
+    }
     config = tmp_path / "evil.yaml"
     config.write_text(yaml.safe_dump(cfg))
     run = snakemake(tmp_path, configfile=config)
@@ -273,7 +283,10 @@ def test_inputs_are_read_as_declared(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="cellica")
     adata = import_features(tmp_path / "t.csv", params=params)
     assert adata.var_names.tolist() == ["f0"] and "site" in adata.obs  # a numeric site stays metadata
-    assert "look like plate-layout metadata" in caplog.text and "1 feature column(s), f0; 6 metadata column(s): plate, well, batch, pert, ctrl, site" in caplog.text
+    assert (
+        "look like plate-layout metadata" in caplog.text
+        and "1 feature column(s), f0; 6 metadata column(s): plate, well, batch, pert, ctrl, site" in caplog.text
+    )
     with pytest.raises(CellicaError, match="whole count"):
         TransformParams(n_components=8.7).validate()
 
@@ -693,5 +706,7 @@ def test_a_config_key_given_twice_is_refused_naming_both_lines(tmp_path):
     assert load_unique(good) == yaml.safe_load(good.read_text())
     bad = tmp_path / "c.yaml"
     bad.write_text("transform:\n  n_components: 8\n  whiten: true\n  n_components: 50\n")
-    with pytest.raises(CellicaError, match=r"c.yaml: key 'n_components' is given twice in one mapping \(lines 2 and 4\)"):
+    with pytest.raises(
+        CellicaError, match=r"c.yaml: key 'n_components' is given twice in one mapping \(lines 2 and 4\)"
+    ):
         load_unique(bad)

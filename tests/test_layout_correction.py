@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from cellica.core.errors import CellicaError
-from cellica.transform.layout import (
+from cellica.transform.positions import (
     correct_positions,
     position_offsets,
     read_positions,
@@ -65,7 +65,9 @@ def test_correction_removes_the_position_offset_and_the_diagnostic_sees_it():
 def test_a_position_table_that_misses_a_well_names_it(tmp_path):
     data = plates(n_plates=2)
     path = tmp_path / "positions.csv"
-    pd.DataFrame({"well": [f"W{w}" for w in range(11)], "position": [f"R{w}" for w in range(11)]}).to_csv(path, index=False)
+    pd.DataFrame({"well": [f"W{w}" for w in range(11)], "position": [f"R{w}" for w in range(11)]}).to_csv(
+        path, index=False
+    )
     with pytest.raises(CellicaError, match=r"does not cover \{'well': 'W11'\} \(4 sample\(s\) without a position\)"):
         well_positions(data.obs, read_positions(path))
     pd.DataFrame({"well": ["W1", "W1"], "position": ["a", "b"]}).to_csv(path, index=False)
@@ -74,17 +76,17 @@ def test_a_position_table_that_misses_a_well_names_it(tmp_path):
 
 
 def test_the_transform_stage_applies_it_before_every_variant_and_records_it(tmp_path):
-    from cellica.transform.files import transform_file
+    from cellica.transform.apply import transform_file
     from cellica.transform.params import TransformParams
 
     data = plates()
     data.write_h5ad(tmp_path / "in.h5ad")
     p = TransformParams(position_correction=True, n_components=3)
-    base = transform_file(tmp_path / "in.h5ad", tmp_path / "base.h5ad", "base", p)
-    pca = transform_file(tmp_path / "in.h5ad", tmp_path / "pca.h5ad", "pca", p)
+    base = transform_file(tmp_path / "in.h5ad", tmp_path / "base.h5ad", "base", params=p)
+    pca = transform_file(tmp_path / "in.h5ad", tmp_path / "pca.h5ad", "pca", params=p)
     for out in (base, pca):
         assert out.uns["position_correction"]["same_position_map_after"] < 0.4
-    plain = transform_file(tmp_path / "in.h5ad", tmp_path / "plain.h5ad", "base", TransformParams())
+    plain = transform_file(tmp_path / "in.h5ad", tmp_path / "plain.h5ad", "base", params=TransformParams())
     assert "position_correction" not in plain.uns and not np.allclose(plain.X, base.X)
 
 
@@ -93,15 +95,15 @@ def test_the_estimator_itself_corrects_positions_so_every_way_in_does(tmp_path):
     in-memory estimator (what cellica.run uses) and `cellica transform` give the same bits, and
     the diagnostics reach the file. (Before the steps, cellica.run silently skipped it.)"""
     from cellica.core.adata import read_h5ad, write_h5ad
-    from cellica.transform.files import transform_file
+    from cellica.transform.apply import transform_file
     from cellica.transform.params import TransformParams
     from cellica.transform.variants import make_transform
 
     data = plates()
     write_h5ad(data, tmp_path / "in.h5ad")
     p = TransformParams(position_correction=True, n_components=3)
-    in_memory = make_transform("pca", p).fit_transform(read_h5ad(tmp_path / "in.h5ad"))
-    transform_file(tmp_path / "in.h5ad", tmp_path / "out.h5ad", "pca", p)
+    in_memory = make_transform("pca", params=p).fit_transform(read_h5ad(tmp_path / "in.h5ad"))
+    transform_file(tmp_path / "in.h5ad", tmp_path / "out.h5ad", "pca", params=p)
     on_disk = read_h5ad(tmp_path / "out.h5ad")
     np.testing.assert_array_equal(in_memory.X, on_disk.X)
     assert on_disk.uns["position_correction"]["positions_without_controls"] == 4

@@ -11,7 +11,9 @@ from tests.conftest import TINY_MAE
 
 def small_model(**kw):
     torch.manual_seed(0)
-    return MaskedAutoencoder(MAEConfig(in_chans=2, img_size=16, patch_size=4, depth=1, decoder_dim=16, decoder_heads=2, **kw))
+    return MaskedAutoencoder(
+        MAEConfig(in_chans=2, img_size=16, patch_size=4, depth=1, decoder_dim=16, decoder_heads=2, **kw)
+    )
 
 
 def test_patchify_raster_order():

@@ -10,7 +10,7 @@ from cellica.core.relationships import LICENCES
 from cellica.maps.aggregate import guide_profiles, normalize_plates
 from cellica.maps.annotations import load_pair_file, load_sources, match_genes, unordered_pairs
 from cellica.maps.consistency import bh_fdr, mean_pairwise_corr
-from cellica.maps.files import gene_map, recall_files
+from cellica.maps.gene_maps import gene_map, recall_files
 from cellica.maps.params import MapParams
 from cellica.maps.recall import random_pairs, recall_tables
 
@@ -75,7 +75,9 @@ def test_recall_matches_the_definition_on_a_tiny_map():
     x[1] = x[0] * 2  # cosine 1: in the top tail
     x[3] = -x[2]  # cosine -1: in the bottom tail
     names = [f"G{k:02d}" for k in range(12)]
-    pairs = pd.DataFrame({"source": "S", "gene_a": ["G00", "G02", "G04", "G06"], "gene_b": ["G01", "G03", "G05", "G07"]})
+    pairs = pd.DataFrame(
+        {"source": "S", "gene_a": ["G00", "G02", "G04", "G06"], "gene_b": ["G01", "G03", "G05", "G07"]}
+    )
     recall, _ = recall_tables({"v": gene_matrix(x, names)}, pairs, FAST)
     unit = x / np.linalg.norm(x, axis=1, keepdims=True)
     cos = unit @ unit.T
@@ -193,7 +195,7 @@ def test_unknown_symbols_of_a_pair_file_are_counted_and_reported(tmp_path):
     pd.concat([listed, extra])[["entity1", "entity2", "source"]].to_csv(tmp_path / "pairs.csv", index=False)
     p = MapParams(annotation_file=str(tmp_path / "pairs.csv"), consistency_permutations=100, null_pairs=1000,
                   n_boot=100)
-    recall = recall_files([tmp_path / "v.h5ad"], tmp_path / "r.parquet", tmp_path / "d.parquet", p)
+    recall = recall_files([tmp_path / "v.h5ad"], tmp_path / "r.parquet", tmp_path / "d.parquet", params=p)
     row = recall.set_index("source").loc["toy"]
     assert row["symbols_unknown"] == 2 and row["pairs"] == len(listed) + 2 and row["n_pairs"] == len(listed)
     assert pd.read_parquet(tmp_path / "r.parquet").equals(recall)
@@ -246,8 +248,17 @@ def test_summary_rows_of_the_maps_with_a_wilson_interval():
 
     lo, hi = wilson(5, 10)  # the textbook value
     assert lo == pytest.approx(0.2366, abs=1e-4) and hi == pytest.approx(0.7634, abs=1e-4)
-    recall = pd.DataFrame({"variant": ["a", "a"], "source": ["CORUM", "all"], "n_pairs": [4, 6],
-                           "recall": [0.5, 0.4], "ci_low": [0.1, 0.2], "ci_high": [0.9, 0.6], "null_recall": [0.1, 0.1]})
+    recall = pd.DataFrame(
+        {
+            "variant": ["a", "a"],
+            "source": ["CORUM", "all"],
+            "n_pairs": [4, 6],
+            "recall": [0.5, 0.4],
+            "ci_low": [0.1, 0.2],
+            "ci_high": [0.9, 0.6],
+            "null_recall": [0.1, 0.1],
+        }
+    )
     diff = pd.DataFrame({"variant": ["a"], "baseline": ["b"], "source": ["all"], "difference": [0.2],
                          "ci_low": [0.05], "ci_high": [0.3], "n_pairs": [6]})
     cons = pd.DataFrame({"variant": "a", "consistent": pd.array([True, True, False, None], dtype="boolean")})
@@ -255,7 +266,10 @@ def test_summary_rows_of_the_maps_with_a_wilson_interval():
     assert rows.loc[("per_variant", "recall"), "value"] == 0.4 and rows.loc[("per_variant", "recall"), "n"] == 6
     assert rows.loc[("per_variant", "guide_consistent_fraction"), "value"] == pytest.approx(2 / 3)
     assert rows.loc[("per_variant", "guide_consistent_fraction"), "n"] == 3
-    assert rows.loc[("comparison", "recall"), "verdict"] == "higher" and rows.loc[("comparison", "recall"), "row"] == "a - b"
+    assert (
+        rows.loc[("comparison", "recall"), "verdict"] == "higher"
+        and rows.loc[("comparison", "recall"), "row"] == "a - b"
+    )
 
 
 # ------------------------------------------------------------------ report figures
@@ -284,8 +298,13 @@ def test_plate_tables_by_hand():
     """Tiles per well and the controls' offset per position, on numbers small enough to check."""
     from cellica.qc.layout import plate_wells, position_offsets
 
-    obs = pd.DataFrame({"plate": ["P1", "P1", "P1", "P2", "P2", "P2"], "well": ["A01", "A01", "B02", "A01", "B02", "C03"],
-                        "is_control": [True, True, True, True, True, False]})
+    obs = pd.DataFrame(
+        {
+            "plate": ["P1", "P1", "P1", "P2", "P2", "P2"],
+            "well": ["A01", "A01", "B02", "A01", "B02", "C03"],
+            "is_control": [True, True, True, True, True, False],
+        }
+    )
     x = np.array([[1.0, 0], [3, 0], [0, 4], [2, 2], [0, 0], [9, 9]])
     wells = plate_wells(obs)
     assert wells.to_dict("list") == {"plate": ["P1", "P1", "P2", "P2", "P2"], "row": ["A", "B", "A", "B", "C"],
@@ -299,15 +318,15 @@ def test_plate_tables_by_hand():
     assert plate_wells(obs.assign(well="well-1")).attrs["note"].startswith("well names are not plate positions")
 
 
-def test_layout_2d_pcs_below_the_umap_floor_and_umap_above(tmp_path):
-    from cellica.core.layout2d import MIN_UMAP_POINTS, layout_2d
+def test_coords_2d_pcs_below_the_umap_floor_and_umap_above(tmp_path):
+    from cellica.core.coords2d import MIN_UMAP_POINTS, coords_2d
     from cellica.qc.layout import well_layouts
     from cellica.report.maps import well_umaps
 
     x = np.array([[-2.0, 0, 0], [2, 0, 0], [0, 1, 0], [0, -1, 0]]) + 5  # spread 2 along x, 1 along y
-    xy, how = layout_2d(x)
+    xy, how = coords_2d(x)
     assert how == "PC" and np.allclose(np.abs(xy), [[2, 0], [2, 0], [0, 1], [0, 1]], atol=1e-6)
-    assert layout_2d(np.ones((1, 4)))[0].shape == (1, 2)  # one point: a degenerate layout, not an error
+    assert coords_2d(np.ones((1, 4)))[0].shape == (1, 2)  # one point: a degenerate layout, not an error
     data, _ = screen(n_genes=8)  # 4 plates x 22 wells
     data.write_h5ad(tmp_path / "f.h5ad")
     table = well_layouts({"base": tmp_path / "f.h5ad", "pca": tmp_path / "f.h5ad"})
@@ -407,15 +426,23 @@ def test_a_pooled_screen_with_one_guide_per_gene_maps_and_writes(tmp_path):
     import pandas as pd
 
     from cellica.core.adata import make_adata, read_sealed
-    from cellica.maps.files import gene_map_files
+    from cellica.maps.gene_maps import gene_map_files
 
     rows = []
     for plate in ("B0P0", "B0P1"):
         for w in range(6):
             for t in range(8):
                 ctrl = t < 3
-                rows.append({"plate": plate, "well": f"A{w:02d}", "batch": "B0", "is_control": ctrl,
-                             "perturbation": "NTC" if ctrl else f"G{w % 3}", "guide": "NTC_1" if ctrl else f"G{w % 3}_g1"})
+                rows.append(
+                    {
+                        "plate": plate,
+                        "well": f"A{w:02d}",
+                        "batch": "B0",
+                        "is_control": ctrl,
+                        "perturbation": "NTC" if ctrl else f"G{w % 3}",
+                        "guide": "NTC_1" if ctrl else f"G{w % 3}_g1",
+                    }
+                )
     obs = pd.DataFrame(rows, index=[f"t{i}" for i in range(len(rows))])
     # a plate offset (0 or 5) on every tile, and gene g shifted by 1 + g/10 from its plate's controls
     offset = np.where(obs["plate"] == "B0P1", 5.0, 0.0)

@@ -1,8 +1,6 @@
 """Classical profiles with cp_measure (profiles.enabled / cellica profile-tiles): nuclei, the mean
 over a tile's nuclei, the embeddings contract, and the DAG that uses them instead of an MAE."""
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -44,7 +42,7 @@ def test_a_tiles_profile_is_the_mean_over_its_nuclei():
 def test_profiles_are_embeddings_sharded_gathered_and_transformed(tiny_store, tmp_path):
     from cellica.embed.extract import gather_embeddings
     from cellica.embed.profiles import profile_store
-    from cellica.transform.files import transform_file
+    from cellica.transform.apply import transform_file
     from cellica.transform.params import TransformParams
 
     p = ProfileParams(features=["intensity", "sizeshape"])
@@ -58,7 +56,7 @@ def test_profiles_are_embeddings_sharded_gathered_and_transformed(tiny_store, tm
     assert np.isfinite(whole.X).all() and (whole.obs["profile_objects"] >= 0).all()
     assert whole.uns["provenance"]["format"] == "cp_measure" and whole.uns["provenance"]["nuclei_channel"] == "DNA"
     out = transform_file(tmp_path / "emb.h5ad", tmp_path / "pca.h5ad", "pca",
-                         TransformParams(n_components=4, drop_constant=True))
+                         params=TransformParams(n_components=4, drop_constant=True))
     assert out.n_vars == 4
     with pytest.raises(CellicaError, match="profiles.nuclei_channel 'Hoechst' is neither a channel"):
         profile_store(tiny_store.path, params=ProfileParams(nuclei_channel="Hoechst"))
@@ -73,5 +71,16 @@ def test_the_dag_measures_instead_of_training(tmp_path):
     assert "profile_tiles" in jobs and "train_mae" not in jobs and "\nembed " not in jobs
     bad = snakemake(tmp_path, "--dry-run", "--config", "profiles={enabled: true}", configfile=TINY)
     assert bad.returncode != 0 and "cannot go with source: features or stability.enabled" in bad.stdout + bad.stderr
-    cli = subprocess.run([sys.executable, "-m", "cellica.cli", "profile-tiles", "--help"], capture_output=True, text=True)
-    assert "--nuclei-channel" in cli.stdout and "--features" in cli.stdout
+    # Every profile parameter a user may set is an option of the command, parsed into its field.
+    from dataclasses import fields
+
+    from cellica.cli.options import dataclass_from_args as params_of
+    from cellica.cli.parser import build_parser
+    from cellica.embed.params import ProfileParams
+
+    ns = build_parser().parse_args(["profile-tiles", "--store", "s.zarr", "--out", "p.h5ad", "--nuclei-channel",
+                                    "Hoechst", "--features", "intensity,texture"])
+    p = params_of(ProfileParams, ns)
+    assert p.nuclei_channel == "Hoechst" and p.features == ["intensity", "texture"]
+    command = build_parser()._subparsers._group_actions[0].choices["profile-tiles"]
+    assert {f.name for f in fields(ProfileParams) if f.metadata.get("cli", True)} <= {a.dest for a in command._actions}

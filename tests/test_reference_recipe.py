@@ -27,7 +27,12 @@ def test_the_reference_runs_without_importing_cellica():
     import pandas as pd
 
     table = pd.read_json(out.stdout.strip().splitlines()[-1])
-    assert len(table) == 3 and (table["auroc"] > 0.5).all() and table["auroc"].mean() > 0.65 and table["sparsity"].between(0, 1).all()
+    assert (
+        len(table) == 3
+        and (table["auroc"] > 0.5).all()
+        and table["auroc"].mean() > 0.65
+        and table["sparsity"].between(0, 1).all()
+    )
 
 
 def test_the_reference_s_metrics_by_hand_and_against_cellica_s():

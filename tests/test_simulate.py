@@ -31,7 +31,9 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
 def test_layout_and_ground_truth(tiny_store: TileStore):
     md = tiny_store.metadata
     p = SimulationParams(**TINY_SIM)
-    n_wells_per_plate = p.control_wells_per_plate + p.n_genes * p.experiments_per_gene // p.n_experiments * p.guides_per_gene
+    n_wells_per_plate = (
+        p.control_wells_per_plate + p.n_genes * p.experiments_per_gene // p.n_experiments * p.guides_per_gene
+    )
     assert tiny_store.n_tiles == n_wells_per_plate * p.n_experiments * p.plates_per_experiment * p.tiles_per_well
     assert tiny_store.tile_shape == (32, 32) and tiny_store.n_channels == 4
     # All controls share one label; every gene spans several batches (not confounded).

@@ -55,4 +55,7 @@ def test_inspect_sizes_the_jobs_of_a_store(tiny_store, capsys):
     assert "embed.shards: 5 (the largest job embeds 16 tiles)" in out
     assert f"runtime: {math.ceil(1.5 * 16 / 0.01 / 60) + STARTUP_MINUTES}" in out
     code, err = cli(capsys, "inspect", str(tiny_store.path), "--embed-rate", "0")
-    assert code == 2 and one_line(err) == "cellica inspect: error: the embedding rate must be a positive number of tiles/s, got 0.0"
+    assert (
+        code == 2
+        and one_line(err) == "cellica inspect: error: the embedding rate must be a positive number of tiles/s, got 0.0"
+    )

@@ -32,7 +32,9 @@ def screen(n_per=200, d=4, seed=0, shift=3.0):
             xs.append(s @ mix.T + offset)
             rows += [{"plate": f"{b}-P1", "well": "A01", "batch": b, "perturbation": pert, "is_control": ctrl}] * n_per
     obs = pd.DataFrame(rows, index=[f"s{i}" for i in range(len(rows))])
-    return ad.AnnData(np.vstack(xs).astype(np.float32), obs=obs, var=pd.DataFrame(index=[f"f{i}" for i in range(d)])), mix
+    return ad.AnnData(
+        np.vstack(xs).astype(np.float32), obs=obs, var=pd.DataFrame(index=[f"f{i}" for i in range(d)])
+    ), mix
 
 
 def fitc(out):
@@ -96,7 +98,9 @@ def test_n_components_fraction_and_floor():
 
 def test_center_scale_after_and_missing_batch_controls():
     data, _ = screen()
-    out = make_transform("pca", TransformParams(batch_correction="center_scale", batch_stage="after")).fit_transform(data)
+    out = make_transform("pca", TransformParams(batch_correction="center_scale", batch_stage="after")).fit_transform(
+        data
+    )
     ctrl = fitc(out)
     for b in ("B1", "B2"):
         rows = ctrl & (out.obs.batch == b).to_numpy()
@@ -108,7 +112,9 @@ def test_center_scale_after_and_missing_batch_controls():
 
 def test_whitening_impossible_and_no_controls():
     data, _ = screen(n_per=3, d=8)
-    with pytest.raises(CellicaError, match=r"6 fit rows for 8 features: whitening impossible .* set n_components to at most 5"):
+    with pytest.raises(
+        CellicaError, match=r"6 fit rows for 8 features: whitening impossible .* set n_components to at most 5"
+    ):
         make_transform("pca", TransformParams(fit_fraction=1.0)).fit(data)
     assert make_transform("pca", TransformParams(n_components=3)).fit_transform(data).n_vars == 3
     none = data.copy()
@@ -196,9 +202,13 @@ def test_comparators_reduce_batch_offsets_and_are_transductive():
         out = t.fit_transform(data)
         ctrl = out.obs.is_control.to_numpy()
         x = np.asarray(out.X)
-        gap = x[ctrl & (out.obs.batch == "B2").to_numpy()].mean(0) - x[ctrl & (out.obs.batch == "B1").to_numpy()].mean(0)
+        gap = x[ctrl & (out.obs.batch == "B2").to_numpy()].mean(0) - x[ctrl & (out.obs.batch == "B1").to_numpy()].mean(
+            0
+        )
         raw = np.asarray(data.X)
-        raw_gap = raw[ctrl & (data.obs.batch == "B2").to_numpy()].mean(0) - raw[ctrl & (data.obs.batch == "B1").to_numpy()].mean(0)
+        raw_gap = raw[ctrl & (data.obs.batch == "B2").to_numpy()].mean(0) - raw[
+            ctrl & (data.obs.batch == "B1").to_numpy()
+        ].mean(0)
         assert np.linalg.norm(gap) < 0.5 * np.linalg.norm(raw_gap), variant
         with pytest.raises(CellicaError, match="cannot be applied to other samples"):
             t.transform(data[:10].copy())
@@ -243,7 +253,9 @@ def test_haar_rotation_and_whiteness_error():
 
 def test_backends_recover_a_known_mixing_and_agree():
     rng = np.random.default_rng(0)
-    s = np.column_stack([rng.laplace(size=4000), rng.uniform(-1, 1, 4000), rng.laplace(size=4000), rng.exponential(size=4000)])
+    s = np.column_stack(
+        [rng.laplace(size=4000), rng.uniform(-1, 1, 4000), rng.laplace(size=4000), rng.exponential(size=4000)]
+    )
     s = (s - s.mean(0)) / s.std(0)
     a = haar_rotation(4, 1)
     dist = {}

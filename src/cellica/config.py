@@ -205,7 +205,7 @@ def _input_file_readers() -> dict[tuple[str, str], Any]:
     (``None``: the file must exist; the job reads it): all checked before any job runs."""
     from cellica.maps.annotations import load_pair_file
     from cellica.maps.arms import read_gene_table
-    from cellica.transform.layout import read_positions
+    from cellica.transform.positions import read_positions
 
     return {("ingest", "manifest"): None, ("features", "path"): None, ("features", "truth"): None,
             ("mae", "checkpoint"): None, ("transform", "position_table"): read_positions,

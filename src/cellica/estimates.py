@@ -85,9 +85,12 @@ def saturation_warning(config: dict[str, Any], n_tiles: int = 8) -> str | None:
     saturated = float((tiles == 65535).mean())
     top = float(np.percentile(tiles, 99))
     if saturated > SATURATED_WARNED:
-        return (f"simulate.intensity_scale {p.intensity_scale:g}: {saturated:.2%} of the pixels (the brightest structures) are "
-                f"clipped at 65535, measured on {len(tiles)} rendered tiles: their intensities are lost; lower it "
-                "(default 12000)")
+        return (
+            f"simulate.intensity_scale {p.intensity_scale:g}: {saturated:.2%} of the pixels "
+            "(the brightest structures) are "
+            f"clipped at 65535, measured on {len(tiles)} rendered tiles: their intensities are lost; lower it "
+            "(default 12000)"
+        )
     if top < DARK_LEVELS:
         return (f"simulate.intensity_scale {p.intensity_scale:g}: 99% of the pixels are below {top:.0f} counts "
                 f"(measured on {len(tiles)} rendered tiles): the cells live in a few grey levels; raise it "

@@ -16,7 +16,7 @@ import pandas as pd
 from cellica.core.errors import CellicaError
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunResult:
     """What :func:`run` computed.
 
@@ -41,7 +41,7 @@ class RunResult:
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def run(adata, variants=None, transform=None, evaluate=None, truth=None, genes: bool = True,
+def run(adata, variants=None, transform=None, *, evaluate=None, truth=None, genes: bool = True,
         threads: int = 2) -> RunResult:
     """Transform, classify and summarise one embedding in memory.
 
@@ -64,6 +64,12 @@ def run(adata, variants=None, transform=None, evaluate=None, truth=None, genes: 
         Train the per-gene classifiers (False: a screen of controls only).
     threads : int, default 2
         Threads of the classifiers (the numbers do not depend on it).
+
+    Returns
+    -------
+    RunResult
+        Each variant's features, the per-gene and importance tables, the batch metrics, the
+        activity table and the summary, as the DAG's files hold them.
     """
     from cellica.evaluate.batch import variant_metrics
     from cellica.evaluate.genes import evaluate_genes
@@ -93,6 +99,7 @@ def run(adata, variants=None, transform=None, evaluate=None, truth=None, genes: 
     result.per_gene = pd.concat(per_gene, ignore_index=True) if per_gene else \
         pd.DataFrame(columns=["variant", "gene", "seed", "skipped", "split", "auroc_mean", "n_features"])
     result.importances = pd.concat(importances, ignore_index=True) if importances else pd.DataFrame()
-    result.summary = summary_table(result.per_gene, result.batch, result.activity, params.n_boot, params.seed)
+    result.summary = summary_table(result.per_gene, result.batch, result.activity, n_boot=params.n_boot,
+                                   seed=params.seed)
     result.summary.attrs["dims"] = {variant: fit.n_vars for variant, fit in result.features.items()}
     return result

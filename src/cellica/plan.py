@@ -225,7 +225,11 @@ class RunPlan:
 
     def model_file(self, model: str) -> str:
         """The MAE a ``{model}`` names: a trained seed, the untrained baseline's, or the user's checkpoint."""
-        return self.config["mae"]["checkpoint"] if model == MODELS["checkpoint"].name else self.model_of.format(model=model)
+        return (
+            self.config["mae"]["checkpoint"]
+            if model == MODELS["checkpoint"].name
+            else self.model_of.format(model=model)
+        )
 
     def baseline_input(self, name: str) -> str:
         """A baseline's embeddings: tiles or wells as ``transform.level`` says (image sources), or
@@ -283,7 +287,8 @@ class RunPlan:
         return [template.format(variant=v) for v in self.evaluated]
 
     def summarize_inputs(self) -> dict[str, Any]:
-        """The evaluation's tables (variants and baselines), plus the gene maps' recall and consistency when maps are on."""
+        """The evaluation's tables (variants and baselines), plus the gene maps' recall and consistency
+        when maps are on."""
         inputs = {"per_gene": self.evaluated_files(f"{self.eval}/{{variant}}/per_gene.parquet"),
                   "batch": f"{self.eval}/batch_metrics.parquet", "activity": f"{self.eval}/activity.parquet"}
         if self.config["maps"]["enabled"]:
@@ -363,7 +368,9 @@ class RunPlan:
         elif self.model_tag == MODELS["cp_measure"].name:
             example = f"`tail -f {self.logs}/profile_tiles/0-of-{self.n_shards}.log` while the tiles are measured"
         elif self.model_tag == MODELS["checkpoint"].name:
-            example = f"`tail -f {self.logs}/embed/{self.model_tag}/0-of-{self.n_shards}.log` while the tiles are embedded"
+            example = (
+                f"`tail -f {self.logs}/embed/{self.model_tag}/0-of-{self.n_shards}.log` while the tiles are embedded"
+            )
         else:
             example = f"`tail -f {self.logs}/train_mae/{self.model_tag}.log` while the MAE trains"
         return (f"each job's progress (rate and ETA, a line every 30 s) is in its log file under {self.logs}/; "

@@ -287,13 +287,22 @@ class Claim:
 
 
 CLAIMS = (
-    Claim("AUROC (held-out batches): PCA+ICA > PCA > PCA+Rand, Base",
-          (("auroc_heldout", "pca_ica", "pca"), ("auroc_heldout", "pca", "pca_rand"), ("auroc_heldout", "pca", "base"))),
-    Claim("Sparsity: PCA+ICA highest",
-          (("sparsity", "pca_ica", "pca"), ("sparsity", "pca_ica", "pca_rand"), ("sparsity", "pca_ica", "base"))),
-    Claim("Concentration: Base < PCA+Rand < PCA < PCA+ICA",
-          (("concentration", "pca_rand", "base"), ("concentration", "pca", "pca_rand"),
-           ("concentration", "pca_ica", "pca"))),
+    Claim(
+        "AUROC (held-out batches): PCA+ICA > PCA > PCA+Rand, Base",
+        (("auroc_heldout", "pca_ica", "pca"), ("auroc_heldout", "pca", "pca_rand"), ("auroc_heldout", "pca", "base")),
+    ),
+    Claim(
+        "Sparsity: PCA+ICA highest",
+        (("sparsity", "pca_ica", "pca"), ("sparsity", "pca_ica", "pca_rand"), ("sparsity", "pca_ica", "base")),
+    ),
+    Claim(
+        "Concentration: Base < PCA+Rand < PCA < PCA+ICA",
+        (
+            ("concentration", "pca_rand", "base"),
+            ("concentration", "pca", "pca_rand"),
+            ("concentration", "pca_ica", "pca"),
+        ),
+    ),
 )
 # Every claim's winner (the variant it says is best) is compared with each baseline on the claim's metrics.
 CLAIM_WINNER = CLAIMED_ORDER[0]

@@ -152,7 +152,9 @@ def test_memory_beyond_the_node_reaches_the_user(cluster, config, tmp_path):
                     "results/tiles.zarr", profile=profile)
     assert run.returncode != 0
     text = run.stdout + run.stderr
-    assert "Memory specification can not be satisfied" in text or "Requested node configuration is not available" in text
+    assert (
+        "Memory specification can not be satisfied" in text or "Requested node configuration is not available" in text
+    )
 
 
 def test_unset_account_and_partition_stop_before_submission(cluster, config, tmp_path):

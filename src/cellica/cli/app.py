@@ -22,6 +22,16 @@ def main(argv: list[str] | None = None) -> int:
     cause, exit status 2. Anything else is an internal error: one line and exit 1.
     ``--debug`` (or ``CELLICA_DEBUG=1``) shows the traceback instead. Output into a
     closed pipe (``cellica inspect ... | head``) ends quietly.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default: the command line's).
+
+    Returns
+    -------
+    int
+        The exit status: 0, 2 for a user's error, 1 for an internal one.
     """
     parser = build_parser()
     ns = parser.parse_args(argv)

@@ -65,7 +65,7 @@ def embed(ns: argparse.Namespace) -> None:
     from cellica.embed.extract import embed_store
     from cellica.embed.params import EmbedParams
 
-    embed_store(ns.store, ns.checkpoint, ns.out, params_of(EmbedParams, ns), shard=ns.shard)
+    embed_store(ns.store, ns.checkpoint, ns.out, params=params_of(EmbedParams, ns), shard=ns.shard)
 
 
 def profile_tiles(ns: argparse.Namespace) -> None:
@@ -83,10 +83,10 @@ def count_nuclei(ns: argparse.Namespace) -> None:
 
 
 def baseline(ns: argparse.Namespace) -> None:
-    from cellica.transform.files import baseline_file
+    from cellica.transform.apply import baseline_file
     from cellica.transform.params import TransformParams
 
-    baseline_file(ns.name, ns.input, ns.out, params_of(TransformParams, ns), ns.column)
+    baseline_file(ns.name, ns.input, ns.out, params=params_of(TransformParams, ns), column=ns.column)
 
 
 def gather_embeddings(ns: argparse.Namespace) -> None:
@@ -103,45 +103,47 @@ def import_features(ns: argparse.Namespace) -> None:
 
 
 def transform(ns: argparse.Namespace) -> None:
-    from cellica.transform.files import transform_file
+    from cellica.transform.apply import transform_file
     from cellica.transform.params import TransformParams
 
-    transform_file(ns.input, ns.out, ns.variant, params_of(TransformParams, ns), ns.model_out, ns.apply)
+    transform_file(ns.input, ns.out, ns.variant, params=params_of(TransformParams, ns), model_out=ns.model_out,
+                   apply=ns.apply)
 
 
 def evaluate(ns: argparse.Namespace) -> None:
-    from cellica.evaluate.files import evaluate_files
     from cellica.evaluate.params import EvalParams
+    from cellica.evaluate.tables import evaluate_files
 
-    evaluate_files(ns.features, ns.out, ns.importances_out, params_of(EvalParams, ns), ns.chunk, ns.variant,
-                   ns.truth, ns.threads)
+    evaluate_files(ns.features, ns.out, ns.importances_out, params=params_of(EvalParams, ns), chunk=ns.chunk,
+                   variant=ns.variant, truth=ns.truth, threads=ns.threads)
 
 
 def gather_eval(ns: argparse.Namespace) -> None:
-    from cellica.evaluate.files import gather_evaluations
+    from cellica.evaluate.tables import gather_evaluations
 
-    gather_evaluations(ns.per_gene, ns.importances, ns.out, ns.importances_out)
+    gather_evaluations(ns.per_gene, ns.importances, ns.out, importances_out=ns.importances_out)
 
 
 def batch_metrics(ns: argparse.Namespace) -> None:
-    from cellica.evaluate.files import batch_metrics_files
     from cellica.evaluate.params import EvalParams
+    from cellica.evaluate.tables import batch_metrics_files
 
-    batch_metrics_files(ns.features, ns.out, ns.activity_out, params_of(EvalParams, ns), ns.truth)
+    batch_metrics_files(ns.features, ns.out, ns.activity_out, params=params_of(EvalParams, ns), truth=ns.truth)
 
 
 def summarize(ns: argparse.Namespace) -> None:
-    from cellica.evaluate.files import summarize_files
     from cellica.evaluate.params import EvalParams
+    from cellica.evaluate.tables import summarize_files
 
     if bool(ns.recall) != bool(ns.recall_differences):
         raise CellicaError("summarize: --recall and --recall-differences go together")
-    summarize_files(ns.per_gene, ns.batch, ns.activity, ns.out, params_of(EvalParams, ns), ns.config_hash,
-                    ns.recall, ns.recall_differences, ns.consistency, ns.entity)
+    summarize_files(ns.per_gene, ns.batch, ns.activity, out=ns.out, params=params_of(EvalParams, ns),
+                    config_hash=ns.config_hash, recall=ns.recall, recall_differences=ns.recall_differences,
+                    consistency=ns.consistency, entity=ns.entity)
 
 
 def truth_genes(ns: argparse.Namespace) -> None:
-    from cellica.evaluate.files import truth_genes_file
+    from cellica.evaluate.tables import truth_genes_file
 
     truth_genes_file(ns.per_gene, ns.truth, ns.out)
 
@@ -149,27 +151,27 @@ def truth_genes(ns: argparse.Namespace) -> None:
 def example_tiles(ns: argparse.Namespace) -> None:
     from cellica.store.examples import write_example_tiles
 
-    write_example_tiles(ns.store, ns.out, ns.chunk, ns.seed)
+    write_example_tiles(ns.store, ns.out, ns.chunk, seed=ns.seed)
 
 
 def gene_map(ns: argparse.Namespace) -> None:
-    from cellica.maps.files import gene_map_files
+    from cellica.maps.gene_maps import gene_map_files
     from cellica.maps.params import MapParams
 
-    gene_map_files(ns.features, ns.out, ns.consistency_out, params_of(MapParams, ns))
+    gene_map_files(ns.features, ns.out, ns.consistency_out, params=params_of(MapParams, ns))
 
 
 def recall(ns: argparse.Namespace) -> None:
-    from cellica.maps.files import recall_files
+    from cellica.maps.gene_maps import recall_files
     from cellica.maps.params import MapParams
 
-    table = recall_files(ns.maps, ns.out, ns.differences_out, params_of(MapParams, ns))
+    table = recall_files(ns.maps, ns.out, ns.differences_out, params=params_of(MapParams, ns))
     show(table[["variant", "source", "n_pairs", "recall", "ci_low", "ci_high", "null_recall"]].to_string(
         index=False, float_format=lambda v: f"{v:.3f}"))
 
 
 def export_efaar(ns: argparse.Namespace) -> None:
-    from cellica.maps.files import efaar_files
+    from cellica.maps.gene_maps import efaar_files
     from cellica.maps.params import MapParams
 
     table = efaar_files(ns.maps, ns.out, params_of(MapParams, ns))
@@ -177,10 +179,10 @@ def export_efaar(ns: argparse.Namespace) -> None:
 
 
 def align(ns: argparse.Namespace) -> None:
-    from cellica.stability.files import align_files
+    from cellica.stability.compare_runs import align_files
     from cellica.stability.params import AlignParams
 
-    table = align_files(ns.a, ns.b, params_of(AlignParams, ns), ns.out)
+    table = align_files(ns.a, ns.b, params_of(AlignParams, ns), out=ns.out)
     show(table[["map", "error", "n_train", "n_test", "dims"]].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     show(f"ICA efficiency: {table.attrs['ica_efficiency']:.1f}%")
 
@@ -189,12 +191,11 @@ def report(ns: argparse.Namespace) -> None:
     from cellica.report.build import report_from_files
     from cellica.report.params import ReportParams
 
-    report_from_files(ns.summary, ns.per_gene, ns.importances, ns.out, features=ns.features, examples=ns.examples,
-                      truth_genes=ns.truth_genes,
-                      benchmarks=ns.benchmarks, config=ns.config, config_hash=ns.config_hash,
-                      alignment=ns.alignment, entity=ns.entity, genes=ns.gene, params=params_of(ReportParams, ns),
-                      part=ns.part, index_only=ns.index_only, maps=ns.maps, recall=ns.recall, qc=ns.qc,
-                      environment=ns.environment)
+    report_from_files(ns.summary, ns.per_gene, ns.importances, out_dir=ns.out, features=ns.features,
+                      examples=ns.examples, truth_genes=ns.truth_genes, benchmarks=ns.benchmarks, config=ns.config,
+                      config_hash=ns.config_hash, alignment=ns.alignment, entity=ns.entity, genes=ns.gene,
+                      params=params_of(ReportParams, ns), part=ns.part, index_only=ns.index_only, maps=ns.maps,
+                      recall=ns.recall, qc=ns.qc, environment=ns.environment)
 
 
 def export_truth(ns: argparse.Namespace) -> None:

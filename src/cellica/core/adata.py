@@ -95,7 +95,9 @@ def make_adata(x: np.ndarray, obs: pd.DataFrame, var_names: list[str] | None, un
     obs = check_obs(obs, source)
     obs.index = obs.index.astype(str)
     x = check_matrix(x, obs.index, source)
-    var = pd.DataFrame(index=pd.Index(var_names if var_names is not None else [f"f{i}" for i in range(x.shape[1])], dtype=str))
+    var = pd.DataFrame(
+        index=pd.Index(var_names if var_names is not None else [f"f{i}" for i in range(x.shape[1])], dtype=str)
+    )
     return ad.AnnData(X=x, obs=obs, var=var, uns=clean_uns(uns))
 
 
@@ -135,8 +137,11 @@ def verify_sealed(adata, path: str | os.PathLike) -> None:
     found = content_checksums(adata)
     bad = [k for k in ("shape", "X", "obs", "var") if recorded.get(k) != found[k]]
     if bad:
-        raise CellicaError(f"{path}: its {', '.join(bad)} {'differs' if len(bad) == 1 else 'differ'} from what was written (the file is damaged or "
-                           "was edited); re-create it")
+        raise CellicaError(
+            f"{path}: its {', '.join(bad)} {'differs' if len(bad) == 1 else 'differ'} from what was written "
+            "(the file is damaged or "
+            "was edited); re-create it"
+        )
 
 
 def read_sealed(path: str | os.PathLike, backed: bool = False):
@@ -241,7 +246,9 @@ def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):
     well_obs = obs[constant].groupby(codes, observed=True).first()
     well_obs["n_tiles"] = counts
     name_keys = [k for k in keys if k != "is_control"]
-    well_obs.index = pd.Index(["/".join(map(str, row)) for row in well_obs[name_keys].itertuples(index=False)], dtype=str)
+    well_obs.index = pd.Index(
+        ["/".join(map(str, row)) for row in well_obs[name_keys].itertuples(index=False)], dtype=str
+    )
     uns = {"provenance": {**adata.uns.get("provenance", {}), "aggregated": {"level": "well", "keys": list(keys)}}}
     return make_adata((sums / counts[:, None]).astype(np.float32), well_obs, list(adata.var_names), uns,
                       "well aggregation")

@@ -38,7 +38,7 @@ def markdown(table: pd.DataFrame, floatfmt: str = ".3f") -> str:
     return "\n".join(lines)
 
 
-def code_layout(package: str | Path) -> str:
+def code_map(package: str | Path) -> str:
     """The package's picture for docs/stages.md, read from the code itself: each sub-package and
     top-level module in import order (a package only imports those above it), with the cellica
     packages it imports, and each module with the first sentence of its docstring."""

@@ -18,10 +18,13 @@ def describe(exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, OSError) and exc.errno is not None:
         where = f"{exc.filename}: " if exc.filename else ""
-        hint = {errno.ENOSPC: " (the disk is full: free space or write elsewhere)",
-                errno.EACCES: " (no permission)", errno.EROFS: " (read-only file system)",
-                errno.EDQUOT: " (disk quota exceeded)",
-                errno.EFBIG: " (the file size limit: see `ulimit -f`, or the file system's largest file)"}.get(exc.errno, "")
+        hint = {
+            errno.ENOSPC: " (the disk is full: free space or write elsewhere)",
+            errno.EACCES: " (no permission)",
+            errno.EROFS: " (read-only file system)",
+            errno.EDQUOT: " (disk quota exceeded)",
+            errno.EFBIG: " (the file size limit: see `ulimit -f`, or the file system's largest file)",
+        }.get(exc.errno, "")
         return f"{where}{os.strerror(exc.errno)}{hint}"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -32,7 +35,9 @@ def is_write_failure(exc: BaseException) -> bool:
     full disk or a file-size limit as a RuntimeError "... errno = 27 ...")."""
     import re
 
-    return isinstance(exc, OSError) or (isinstance(exc, RuntimeError) and re.search(r"errno = \d+", str(exc)) is not None)
+    return isinstance(exc, OSError) or (
+        isinstance(exc, RuntimeError) and re.search(r"errno = \d+", str(exc)) is not None
+    )
 
 
 def writing_failed(paths, exc: BaseException) -> CellicaError:

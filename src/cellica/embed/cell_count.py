@@ -31,7 +31,7 @@ USES = ("nuclei_channel", "smoothing", "min_area", "batch_size")
 
 
 def count_nuclei(store_path: str | os.PathLike, out: str | os.PathLike | None = None,
-                 params: ProfileParams | None = None, shard: str | None = None):
+                 params: ProfileParams | None = None, *, shard: str | None = None):
     """Nuclei per tile of a store, or of its ``shard`` ``"i/n"`` (gathered by ``cellica
     gather-embeddings``), as a one-feature embedding, written to ``out`` when given.
 

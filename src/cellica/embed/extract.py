@@ -97,7 +97,7 @@ def _encode_all(model, data: TileBlocks, p: EmbedParams, device, shard: tuple[in
 
 
 def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, out: str | os.PathLike | None = None,
-                params: EmbedParams | None = None, shard: str | None = None):
+                *, params: EmbedParams | None = None, shard: str | None = None):
     """Embed the tiles of a store (or one shard of it) with a checkpoint's encoder.
 
     Parameters
@@ -172,6 +172,20 @@ def gather_embeddings(paths: list[str | os.PathLike], out: str | os.PathLike | N
     Every shard of the same ``n`` must be present once, their ranges must tile
     ``[0, N)`` without gaps or overlaps, and they must come from the same
     checkpoint and store. ``wells_out`` also writes the well-level means.
+
+    Parameters
+    ----------
+    paths : list of str or PathLike
+        Every shard's embeddings (``.h5ad``), in any order.
+    out : str or PathLike, optional
+        Where to write the gathered embeddings.
+    wells_out : str or PathLike, optional
+        Where to write the well means.
+
+    Returns
+    -------
+    anndata.AnnData
+        The gathered embeddings, in tile order.
     """
     import anndata as ad
 
@@ -201,7 +215,9 @@ def gather_embeddings(paths: list[str | os.PathLike], out: str | os.PathLike | N
             raise CellicaError(f"gather: shard ranges do not join up: {bounds}")
     merged = ad.concat(parts, merge="first")
     if not merged.obs_names.is_unique:
-        raise CellicaError(f"gather: duplicated tile ids, e.g. {merged.obs_names[merged.obs_names.duplicated()][:5].tolist()}")
+        raise CellicaError(
+            f"gather: duplicated tile ids, e.g. {merged.obs_names[merged.obs_names.duplicated()][:5].tolist()}"
+        )
     prov = dict(parts[0].uns["provenance"])
     prov["shard"] = {"index": 0, "count": 1, "start": bounds[0][0], "stop": bounds[-1][1], "gathered_from": n}
     prov["seconds"] = float(sum(a.uns["provenance"]["seconds"] for a in parts))

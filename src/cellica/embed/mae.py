@@ -194,7 +194,9 @@ class MaskedAutoencoder(nn.Module):
             *[Block(cfg.decoder_dim, cfg.decoder_heads, mlp_ratio=4.0, qkv_bias=True) for _ in range(cfg.decoder_depth)]
         )
         self.decoder_norm = nn.LayerNorm(cfg.decoder_dim)
-        self.decoder_pred = nn.Linear(cfg.decoder_dim, cfg.patch_size**2 * (1 if cfg.channel_agnostic else cfg.in_chans))
+        self.decoder_pred = nn.Linear(
+            cfg.decoder_dim, cfg.patch_size**2 * (1 if cfg.channel_agnostic else cfg.in_chans)
+        )
         trunc_normal_(self.mask_token, std=0.02)
         trunc_normal_(self.decoder_pos_embed, std=0.02)
 

@@ -14,7 +14,7 @@ ARCHITECTURES = ("vit", "channel_agnostic")
 LAYOUTS = ("cellica", "openphenom")  # of a channel-agnostic encoder (cellica.embed.channel_agnostic)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainParams(Params):
     """The masked autoencoder (`cellica train-mae --help`).
 
@@ -72,7 +72,7 @@ class TrainParams(Params):
                          architecture=self.architecture, max_channels=self.max_channels)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EmbedParams(Params):
     """Extraction of embeddings (`cellica embed --help`)."""
 
@@ -117,7 +117,7 @@ class EmbedParams(Params):
                                       "their model card says, and `tile` for timm ones.", choices=NORMALIZATIONS)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FeatureTableParams(Params):
     """Bring-your-own features (source: features): embeddings or profiles as .h5ad, parquet,
     CSV or TSV (`cellica import-features --help`)."""
@@ -146,7 +146,7 @@ PROFILE_GROUPS = ("intensity", "texture", "granularity", "radial_distribution", 
                   "correlation_rwc")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ProfileParams(Params):
     """Classical CellProfiler-style profiles per tile with cp_measure, instead of an MAE
     (`cellica profile-tiles --help`; docs/models.md)."""

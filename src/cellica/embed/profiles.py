@@ -80,7 +80,7 @@ def measure_tiles(tiles: np.ndarray, nuclei: int, p: ProfileParams, config: dict
 
 
 def profile_store(store_path: str | os.PathLike, out: str | os.PathLike | None = None,
-                  params: ProfileParams | None = None, shard: str | None = None):
+                  params: ProfileParams | None = None, *, shard: str | None = None):
     """cp_measure profiles of a store's tiles (or one shard of them) as embeddings.
 
     Parameters

@@ -37,10 +37,12 @@ class EmbedSizing:
         return 1e6 / self.tiles_per_second / 3600
 
     def text(self) -> str:
-        return (f"{self.tiles:,} tiles at {self.tiles_per_second:,.4g} tiles/s per GPU: {self.gpu_hours:,.2f} GPU-hours "
-                f"({self.hours_per_million:,.3f} per million tiles). Set embed.shards: {self.shards} (the largest job "
-                f"embeds {self.largest_job_tiles:,} tiles) and, in the SLURM profile, set-resources: embed: runtime: "
-                f"{self.runtime_minutes} (minutes, with the margin).")
+        return (
+            f"{self.tiles:,} tiles at {self.tiles_per_second:,.4g} tiles/s per GPU: {self.gpu_hours:,.2f} GPU-hours "
+            f"({self.hours_per_million:,.3f} per million tiles). Set embed.shards: {self.shards} (the largest job "
+            f"embeds {self.largest_job_tiles:,} tiles) and, in the SLURM profile, set-resources: embed: runtime: "
+            f"{self.runtime_minutes} (minutes, with the margin)."
+        )
 
 
 def size_embed(n_tiles: int, shard_tiles: int, tiles_per_second: float, job_hours: float = 2.0,

@@ -65,7 +65,7 @@ def lr_factor(step: int, warmup: int, total: int) -> float:
 
 
 def train_mae(store_path: str | os.PathLike, out: str | os.PathLike, params: TrainParams | None = None,
-              checkpoint_dir: str | os.PathLike | None = None, untrained: bool = False) -> dict[str, Any]:
+              *, checkpoint_dir: str | os.PathLike | None = None, untrained: bool = False) -> dict[str, Any]:
     """Pre-train an MAE on a tile store and write ``out`` (+ ``.json`` sidecar).
 
     Parameters

@@ -86,7 +86,12 @@ def batch_metrics(adata, variant: str, p: EvalParams | None = None) -> dict[str,
     # sample features class by class, so a renamed batch must keep its class number
     b = pd.factorize(adata.obs[p.batch_key].astype(str).to_numpy()[ctrl])[0]
     n_batches = len(np.unique(b))
-    out = {"variant": variant, "n_controls": int(len(x)), "n_batches": n_batches, "chance_accuracy": 1.0 / max(n_batches, 1)}
+    out = {
+        "variant": variant,
+        "n_controls": int(len(x)),
+        "n_batches": n_batches,
+        "chance_accuracy": 1.0 / max(n_batches, 1),
+    }
     if n_batches < 2:
         nan = float("nan")
         return {**out, "batch_accuracy": nan, "batch_accuracy_lgbm": nan, "silhouette": nan, "knn_mixing": nan}

@@ -16,7 +16,7 @@ separates its samples from the controls (the same controls for every gene).
   averaged over the held-out folds' classifiers.
 * Concentration: features ranked by the training fold's importances, ties at the
   top-25% cut sharing it (the expectation over random tie-breaking), biological
-  variation measured on the held-out fold (:func:`cellica.metrics.concentration`).
+  variation measured on the held-out fold (:func:`cellica.evaluate.metrics.concentration`).
 * ``no_split``: no classifier of the gene made a single split (every importance
   zero), with the reason; such a gene's AUROC is 0.5 by construction.
 
@@ -120,7 +120,7 @@ def _level_name(obs: pd.DataFrame) -> str:
 
 
 def evaluate_genes(adata, params: EvalParams | None = None, chunk: str | None = None,
-                   variant: str = "features", threads: int = 1, shared_dataset: bool = True,
+                   *, variant: str = "features", threads: int = 1, shared_dataset: bool = True,
                    truth: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-gene classifiers for the genes of ``chunk``, once per seed (``threads`` genes at a time).
 
@@ -128,8 +128,8 @@ def evaluate_genes(adata, params: EvalParams | None = None, chunk: str | None = 
     ----------
     adata
         Features of one variant (AnnData), or a list with one AnnData (or the path of its
-        ``.h5ad``, read when its seed comes) per seed of ``params.seeds`` (variants whose transform is itself seeded: the rotation
-        of ``pca_rand``, the ICA of ``pca_ica``).
+        ``.h5ad``, read when its seed comes) per seed of ``params.seeds`` (variants whose
+        transform is itself seeded: the rotation of ``pca_rand``, the ICA of ``pca_ica``).
     params
         Classifier settings; ``params.seeds`` lists the seeds.
     chunk

@@ -10,7 +10,7 @@ from cellica.registry import BASELINE_NAMES, BASELINES, DEFAULT_BASELINES
 BINNINGS = ("lightgbm", "controls")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvalParams(Params):
     """Per-gene LightGBM classifiers against the shared controls, and batch metrics
     (`cellica evaluate --help`).
@@ -74,7 +74,7 @@ class EvalParams(Params):
         return int(self.seeds[0])
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BaselineParams(Params):
     """Baselines every result is read against (docs/evaluation.md, "Baselines"): each is a feature
     set evaluated by the same per-gene classifiers, with intervals, and the winning variant of

@@ -100,7 +100,9 @@ def truth_recovery(adata, latents: pd.DataFrame, batches: pd.DataFrame | None = 
         params = [c for c in batches.columns if c not in ("batch", "plate", "gradient_angle")]
         tech = batches.set_index("plate").reindex(adata.obs["plate"].astype(str))[params]
         if tech.isna().any().any():
-            raise CellicaError("ground-truth recovery: plates of the features are missing from the store's batches table")
+            raise CellicaError(
+                "ground-truth recovery: plates of the features are missing from the store's batches table"
+            )
         tech = tech.iloc[pick]
         tech = tech.loc[:, tech.std() > 0]  # a parameter constant over the sampled plates has no R^2
         if tech.shape[1]:

@@ -21,7 +21,7 @@ SUMMARY_COLUMNS = ["table", "row", "variant", "metric", "value", "ci_low", "ci_h
                    "p_holm", "verdict", "detail", "baselines", "sentence", "decides"]
 
 
-def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.DataFrame, n_boot: int = 2000,
+def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.DataFrame, *, n_boot: int = 2000,
                   seed: int = 0, maps: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None,
                   entity: str = "gene") -> pd.DataFrame:
     """The paper's Tables 3-4 with uncertainty, the variant comparisons and the claims, as one tidy table.
@@ -37,6 +37,28 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
     :func:`cellica.evaluate.compare.compare_baselines`) and the claims' ``baselines`` column
     (:func:`cellica.evaluate.claims.beats_baselines`). ``entity`` (what
     the perturbations are called: gene, compound, ...) words the reasons and notes.
+
+    Parameters
+    ----------
+    per_gene : pandas.DataFrame
+        Every variant's and baseline's per-gene rows.
+    batch : pandas.DataFrame
+        The batch metrics.
+    activity : pandas.DataFrame
+        The replicate mAP table.
+    n_boot : int, default 2000
+        Bootstrap draws of every interval.
+    seed : int, default 0
+        The bootstrap's seed.
+    maps : tuple of three pandas.DataFrame, optional
+        Recall, recall differences and guide consistency.
+    entity : str, default "gene"
+        What the perturbations are called.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The summary (:data:`SUMMARY_COLUMNS`).
     """
     values = gene_values(per_gene)
     genes = values.groupby(["variant", "gene", "metric"])["value"].mean().reset_index()

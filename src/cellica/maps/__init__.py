@@ -4,9 +4,9 @@ recall of known gene-gene relationships (EFAAR-style)."""
 from cellica.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "gene_map": "cellica.maps.files",
-    "gene_map_files": "cellica.maps.files",
-    "recall_files": "cellica.maps.files",
-    "read_map": "cellica.maps.files",
+    "gene_map": "cellica.maps.gene_maps",
+    "gene_map_files": "cellica.maps.gene_maps",
+    "recall_files": "cellica.maps.gene_maps",
+    "read_map": "cellica.maps.gene_maps",
     "MapParams": "cellica.maps.params",
 })

@@ -108,7 +108,10 @@ def guide_profiles(adata, p: MapParams | None = None):
     p = p or MapParams()
     if p.aggregate == "mean":  # block by block, without a float64 copy of the whole matrix
         means = aggregate_wells(adata)
-        x, wells = np.asarray(means.X, np.float64), means.obs.reset_index(drop=True).rename(columns={"n_tiles": "n_rows"})
+        x, wells = (
+            np.asarray(means.X, np.float64),
+            means.obs.reset_index(drop=True).rename(columns={"n_tiles": "n_rows"}),
+        )
     else:
         obs = adata.obs.reset_index(drop=True)
         x, wells = group_profiles(adata.X, obs, [*WELL_KEYS, "perturbation"], p.aggregate)

@@ -26,7 +26,8 @@ def unordered_pairs(a: pd.Series, b: pd.Series, source: str) -> pd.DataFrame:
 
 
 def load_sources(sources: list[str]) -> pd.DataFrame:
-    """The wheel's pair lists of ``sources`` (names of :data:`cellica.core.relationships.LICENCES`), as :data:`PAIR_COLUMNS`."""
+    """The wheel's pair lists of ``sources`` (names of :data:`cellica.core.relationships.LICENCES`),
+    as :data:`PAIR_COLUMNS`."""
     tables = []
     for source in sources:
         raw = source_pairs(source)

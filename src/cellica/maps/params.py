@@ -13,7 +13,7 @@ NORMALIZATIONS = ("center", "center_scale")
 ANNOTATION_SOURCES = ("CORUM", "HuMAP", "Reactome", "SIGNOR", "StringDB")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MapParams(Params):
     """Gene-level maps and their benchmarks (`cellica gene-map --help`, `cellica recall --help`).
 

@@ -94,8 +94,13 @@ def known_pair_index(pairs: pd.DataFrame, genes: list[str],
     return index
 
 
-def recall_tables(maps: dict, pairs: pd.DataFrame, p: MapParams | None = None,
-                  comparisons: list[tuple[str, str]] | None = None, sources: list[str] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
+def recall_tables(
+    maps: dict,
+    pairs: pd.DataFrame,
+    p: MapParams | None = None,
+    comparisons: list[tuple[str, str]] | None = None,
+    sources: list[str] = (),
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Recall of known pairs per variant and source, with bootstrap intervals, and paired differences.
 
     Parameters
@@ -178,8 +183,12 @@ def _with_intervals(recall: pd.DataFrame, hits: dict, index: dict, n: int, p: Ma
                 boots[v, source][b] = (pw @ hits[v, source]) / total if total else np.nan
     ci = {key: np.nanpercentile(s, [2.5, 97.5]) if np.isfinite(s).any() else (np.nan, np.nan)
           for key, s in boots.items()}
-    recall["ci_low"] = [ci.get((v, s), (np.nan,) * 2)[0] for v, s in zip(recall["variant"], recall["source"], strict=False)]
-    recall["ci_high"] = [ci.get((v, s), (np.nan,) * 2)[1] for v, s in zip(recall["variant"], recall["source"], strict=False)]
+    recall["ci_low"] = [
+        ci.get((v, s), (np.nan,) * 2)[0] for v, s in zip(recall["variant"], recall["source"], strict=False)
+    ]
+    recall["ci_high"] = [
+        ci.get((v, s), (np.nan,) * 2)[1] for v, s in zip(recall["variant"], recall["source"], strict=False)
+    ]
     recall["fold"] = recall["recall"] / recall["null_recall"]
     rows = []
     for a, base in pairs:

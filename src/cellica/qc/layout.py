@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cellica.core.layout2d import layout_2d
+from cellica.core.coords2d import coords_2d
 
 WELL = re.compile(r"^([A-Pa-p])(0?[1-9]|[1-4]\d)$")  # A01 .. P24 (96-, 384-well plates)
 NOT_POSITIONS = "well names are not plate positions (A01 ...)"
@@ -48,7 +48,18 @@ WELL_LAYOUT = {"variant": "str", "batch": "str", "plate": "str", "well": "str", 
 
 
 def plate_wells(obs: pd.DataFrame) -> pd.DataFrame:
-    """Tiles per well of every plate: one row per (plate, row, col) that holds any."""
+    """Tiles per well of every plate: one row per (plate, row, col) that holds any.
+
+    Parameters
+    ----------
+    obs : pandas.DataFrame
+        The samples' metadata (``plate``, ``well``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``plate, row, col, n_tiles``.
+    """
     pos = plate_positions(obs)
     if pos is None:
         return empty_table(PLATE_WELLS, NOT_POSITIONS)
@@ -60,14 +71,27 @@ def position_offsets(x: np.ndarray, obs: pd.DataFrame) -> pd.DataFrame:
     """Per plate position, the norm of the controls' mean offset from their plate's control mean
     (the mean over the position's control tiles on every plate; a per-position batch signal: what
     ``transform.position_correction`` removes). ``x`` holds the rows of ``obs`` (the controls'
-    rows suffice: the others are not used)."""
+    rows suffice: the others are not used).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The features of the rows of ``obs``.
+    obs : pandas.DataFrame
+        The samples' metadata.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``row, col, offset, n_plates``.
+    """
     pos = plate_positions(obs)
     if pos is None:
         return empty_table(OFFSETS, NOT_POSITIONS)
     ctrl = pos["is_control"].to_numpy(bool)
     if not ctrl.any():
         return empty_table(OFFSETS, "no control tiles")
-    from cellica.transform.layout import (
+    from cellica.transform.positions import (
         position_offsets as offsets_of,  # the offsets the correction removes
     )
 
@@ -84,7 +108,22 @@ def control_intensity(store: Path, tiles_per_well: int = TILES_PER_WELL, seed: i
     """Per control well, the mean pixel intensity of at most ``tiles_per_well`` seeded tiles,
     relative to its plate (1 = the mean of the plate's control wells; each channel first
     scaled by its mean over the tiles read, so that every channel counts alike): illumination,
-    edge and dispensing artefacts, before any model sees them."""
+    edge and dispensing artefacts, before any model sees them.
+
+    Parameters
+    ----------
+    store : Path
+        The tile store.
+    tiles_per_well : int, default 4
+        Tiles read per control well.
+    seed : int, default 0
+        The draw of the tiles.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``plate, row, col, intensity, n_tiles``.
+    """
     from cellica.store.tilestore import TileStore
 
     ts = TileStore.open(store)
@@ -107,7 +146,22 @@ def control_intensity(store: Path, tiles_per_well: int = TILES_PER_WELL, seed: i
 def well_layouts(features: dict[str, Path], seed: int = 0, max_wells: int = MAX_WELLS) -> pd.DataFrame:
     """Each variant's well profiles (mean of each well's tiles) placed in 2-D (UMAP, euclidean
     as the features are; the first two PCs for few wells): how much batch structure each
-    variant leaves. Beyond ``max_wells`` wells a seeded sample, the same wells for every variant."""
+    variant leaves. Beyond ``max_wells`` wells a seeded sample, the same wells for every variant.
+
+    Parameters
+    ----------
+    features : dict of str to Path
+        Each variant's features.
+    seed : int, default 0
+        The sample of wells and the UMAP's seed.
+    max_wells : int, default 3000
+        Wells placed at most.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``variant, batch, plate, well, x, y, method``.
+    """
     from cellica.core.adata import aggregate_wells, check_obs, read_sealed
 
     parts, names, total = [], None, 0
@@ -123,7 +177,7 @@ def well_layouts(features: dict[str, Path], seed: int = 0, max_wells: int = MAX_
             total = wells.n_obs
             names = wells.obs_names[np.sort(rng.choice(total, min(total, max_wells), replace=False))]
         wells = wells[wells.obs_names.isin(names)]
-        xy, how = layout_2d(wells.X, "euclidean", seed)
+        xy, how = coords_2d(wells.X, "euclidean", seed)
         parts.append(pd.DataFrame({"variant": variant, "batch": wells.obs["batch"].astype(str).to_numpy(),
                                    "plate": wells.obs["plate"].astype(str).to_numpy(),
                                    "well": wells.obs["well"].astype(str).to_numpy(),

@@ -16,12 +16,34 @@ TABLES = ("plate_wells", "position_offsets", "control_intensity", "well_layouts"
 
 
 def qc_paths(out_dir: str | os.PathLike) -> dict[str, Path]:
-    """Where :func:`cellica.qc.write.qc_tables` writes each table (``<out_dir>/<name>.parquet``)."""
+    """Where :func:`cellica.qc.write.qc_tables` writes each table (``<out_dir>/<name>.parquet``).
+
+    Parameters
+    ----------
+    out_dir : str or PathLike
+        The folder of the tables.
+
+    Returns
+    -------
+    dict of str to pathlib.Path
+        Each table's path, by name.
+    """
     return {name: Path(out_dir) / f"{name}.parquet" for name in TABLES}
 
 
 def read_qc(paths) -> dict[str, pd.DataFrame]:
-    """The tables :func:`cellica.qc.write.qc_tables` wrote, by name (their file names' stems), seals checked."""
+    """The tables :func:`cellica.qc.write.qc_tables` wrote, by name (their file names' stems), seals checked.
+
+    Parameters
+    ----------
+    paths : iterable of PathLike
+        The tables, named ``<name>.parquet``.
+
+    Returns
+    -------
+    dict of str to pandas.DataFrame
+        Each table, by name.
+    """
     from cellica.core.atomic import read_parquet
 
     tables = {Path(p).stem: read_parquet(p, "qc table") for p in paths}

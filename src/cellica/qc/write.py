@@ -30,7 +30,7 @@ log = get_logger("qc")
 
 
 def qc_tables(features: dict[str, str | os.PathLike], out_dir: str | os.PathLike,
-              store: str | os.PathLike | None = None, seed: int = 0) -> dict[str, Path]:
+              store: str | os.PathLike | None = None, *, seed: int = 0) -> dict[str, Path]:
     """Write the plate-layout tables of a run (:mod:`cellica.qc.layout`) into ``out_dir``.
 
     Parameters
@@ -44,6 +44,11 @@ def qc_tables(features: dict[str, str | os.PathLike], out_dir: str | os.PathLike
         The tile store: the controls' pixel intensity per position (no rows without one).
     seed : int
         Seeds the sampled tiles and wells and the UMAP.
+
+    Returns
+    -------
+    dict of str to pathlib.Path
+        Each table written, by name.
     """
     from cellica.core.adata import check_obs, read_sealed
 

@@ -21,7 +21,7 @@ log = get_logger("report")
 
 
 def build_report(inputs: ReportInputs, out_dir: str | os.PathLike, genes: list[str] | None = None,
-                 params: ReportParams | None = None, part: int | None = None, index_only: bool = False) -> Path:
+                 *, params: ReportParams | None = None, part: int | None = None, index_only: bool = False) -> Path:
     """Build the report in ``out_dir``; returns the index path (written or not).
 
     Parameters
@@ -40,6 +40,11 @@ def build_report(inputs: ReportInputs, out_dir: str | os.PathLike, genes: list[s
         genome-wide screen's pages are written by separate jobs.
     index_only
         Only the index and the paged gene index.
+
+    Returns
+    -------
+    pathlib.Path
+        The index's path (written unless ``part`` is given).
     """
     p = params or ReportParams()
     p.validate()
@@ -77,7 +82,7 @@ def _build(inputs: ReportInputs, out_dir, genes, p: ReportParams, part: int | No
     return index
 
 
-def report_from_files(summary: str | os.PathLike, per_gene: list, importances: list, out_dir: str | os.PathLike,
+def report_from_files(summary: str | os.PathLike, per_gene: list, importances: list, *, out_dir: str | os.PathLike,
                       features: list | None = None, examples: list | None = None, truth_genes=None,
                       benchmarks=None, config=None,
                       config_hash: str = "", alignment=None, entity: str = "gene",
@@ -86,7 +91,46 @@ def report_from_files(summary: str | os.PathLike, per_gene: list, importances: l
                       recall=None, qc: list | None = None, environment=None) -> Path:
     """:func:`build_report` from the evaluation's files: each variant's name is read from its
     per-gene table, its importances' own lineage (or, for tables without one, their order) and
-    its features file."""
+    its features file.
+
+    Parameters
+    ----------
+    summary : str or PathLike
+        The summary (``eval/summary.parquet``).
+    per_gene, importances : list of PathLike
+        Every variant's and baseline's per-gene and importance tables.
+    out_dir : str or PathLike
+        The report folder.
+    features : list of PathLike, optional
+        The variants' features (embedding plots, diagnostics).
+    examples : list of PathLike, optional
+        The example-tile tables (``cellica example-tiles``).
+    truth_genes : PathLike, optional
+        A simulated screen's truth per gene (``cellica truth-genes``).
+    benchmarks, config, environment : PathLike, optional
+        Snakemake's benchmark folder, the config file and the software record, shown on the index.
+    config_hash : str, optional
+        The run's config hash.
+    alignment : PathLike, optional
+        The stability table (``cellica align``).
+    entity : str, default "gene"
+        What the perturbations are called.
+    genes : list of str, optional
+        Only these genes' pages.
+    params : ReportParams, optional
+        Chunks and page size.
+    part : int, optional
+        Only the pages of this chunk of genes.
+    index_only : bool, default False
+        Only the index and the paged gene index.
+    maps, recall, qc : optional
+        The variants' gene maps (UMAPs), their recall table, and the qc tables.
+
+    Returns
+    -------
+    pathlib.Path
+        The index's path.
+    """
     if len(per_gene) != len(importances):
         raise CellicaError(f"report: {len(per_gene)} per-gene tables but {len(importances)} importance tables; "
                            "give one of each per variant, in the same order")

@@ -25,10 +25,17 @@ log = get_logger("report")
 FEATURE_COLOR = "#555b6e"  # importance bars: features, not variants, so not a variant colour
 
 
-CLAIM_COLUMNS = ("row", "verdict", "baselines", "sentence", "decides", "detail")  # the index's claims table (baselines: when run)
+CLAIM_COLUMNS = (
+    "row",
+    "verdict",
+    "baselines",
+    "sentence",
+    "decides",
+    "detail",
+)  # the index's claims table (baselines: when run)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ReportInputs:
     """Everything a report is built from (paths are cited on the pages)."""
 
@@ -110,9 +117,18 @@ def transform_diagnostics(features: dict[str, Path]) -> list[dict[str, Any]]:
         tr = a.uns.get("transform", {})
         diag = dict(tr.get("diagnostics", {}))
         ica = diag.pop("ica", None)
-        rows.append({"variant": variant, "dims": int(a.n_vars),
-                     "details": ", ".join(f"{k}={_fmt(v)}" for k, v in diag.items() if not isinstance(v, list | dict | np.ndarray)),
-                     "ica": None if ica is None else {k: _fmt(v) for k, v in ica.items() if not isinstance(v, list | dict | np.ndarray)}})
+        rows.append(
+            {
+                "variant": variant,
+                "dims": int(a.n_vars),
+                "details": ", ".join(
+                    f"{k}={_fmt(v)}" for k, v in diag.items() if not isinstance(v, list | dict | np.ndarray)
+                ),
+                "ica": None
+                if ica is None
+                else {k: _fmt(v) for k, v in ica.items() if not isinstance(v, list | dict | np.ndarray)},
+            }
+        )
         a.file.close()
     return rows
 
@@ -120,9 +136,12 @@ def transform_diagnostics(features: dict[str, Path]) -> list[dict[str, Any]]:
 def split_words(split: str, entity: str) -> dict[str, str]:
     """What a gene page says of the split its classifiers used (the table's ``split``)."""
     if split == "batch":
-        return {"auroc": "AUROC on held-out batches", "caption": "Held-out-batch AUROC per variant: mean over folds, whiskers "
-                                                                   "\u00b11 SD over folds; dashed: chance (0.5).",
-                "fold": "each held-out batch's fold"}
+        return {
+            "auroc": "AUROC on held-out batches",
+            "caption": "Held-out-batch AUROC per variant: mean over folds, whiskers "
+            "\u00b11 SD over folds; dashed: chance (0.5).",
+            "fold": "each held-out batch's fold",
+        }
     return {"auroc": "AUROC on a stratified random split",
             "caption": f"AUROC per variant on a stratified random split (this {entity} was seen in one batch, so no "
                        "batch could be held out): mean over folds, whiskers \u00b11 SD over folds; dashed: chance "

@@ -3,7 +3,7 @@
 Pages are self-contained (inline CSS, inline SVG charts, thumbnails as data
 URIs, a few lines of inline JavaScript for sorting, filtering and paging: no
 CDN, no fonts), every text from user files is escaped by Jinja2's autoescape,
-and gene names become file names only through :func:`cellica.names.safe_filename`.
+and gene names become file names only through :func:`cellica.core.names.safe_filename`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,10 @@ class ReportBuilder:
         if page_size < 1:
             raise CellicaError(f"report: page_size must be >= 1, got {page_size}")
         self.page_size = page_size
-        for label, path in [("summary", inputs.summary), *[(f"per-gene table of {v}", p) for v, p in inputs.per_gene.items()]]:
+        for label, path in [
+            ("summary", inputs.summary),
+            *[(f"per-gene table of {v}", p) for v, p in inputs.per_gene.items()],
+        ]:
             if not Path(path).is_file():
                 raise CellicaError(f"report: {label} {path} does not exist (run the evaluate stage first)")
         self.summary = read_parquet(inputs.summary, "summary")
@@ -104,17 +107,33 @@ class ReportBuilder:
         drawn = set(means["value"].dropna().index.get_level_values(0))
         charts = [ci_chart(name, means, variants, entity) for name, m in METRICS.items()
                   if m.chart and name in drawn and m.fallback_for not in drawn]
-        return {"variants": variants, "gene_variants": self.variants, "metric_rows": metric_rows,
-                "count_rows": count_rows, "gene_rows": rows[:self.page_size], "charts": charts, "entity": entity,
-                "all_rows": rows, "n_rows": len(rows), "prefix": "", "page": None,
-                "pages": page_links(len(rows), self.page_size, ""),
-                "claims": s[s["table"] == "claim"][[c for c in CLAIM_COLUMNS if c in s]].to_dict("records"),
-                "comparisons": self._comparisons(), "seeds": [int(x) for x in self.seeds],
-                "diagnostics": transform_diagnostics(self.inp.features) if self.inp.features else [],
-                "times": stage_times(self.inp.benchmarks).to_dict("records"),
-                "config_text": Path(self.inp.config).read_text() if self.inp.config and Path(self.inp.config).is_file() else "",
-                "prov": self.provenance, "n_genes": len(self.genes), "alignment": self._alignment(),
-                "gene_maps": self._gene_maps(), "software": software_context(self.inp.environment)}
+        return {
+            "variants": variants,
+            "gene_variants": self.variants,
+            "metric_rows": metric_rows,
+            "count_rows": count_rows,
+            "gene_rows": rows[: self.page_size],
+            "charts": charts,
+            "entity": entity,
+            "all_rows": rows,
+            "n_rows": len(rows),
+            "prefix": "",
+            "page": None,
+            "pages": page_links(len(rows), self.page_size, ""),
+            "claims": s[s["table"] == "claim"][[c for c in CLAIM_COLUMNS if c in s]].to_dict("records"),
+            "comparisons": self._comparisons(),
+            "seeds": [int(x) for x in self.seeds],
+            "diagnostics": transform_diagnostics(self.inp.features) if self.inp.features else [],
+            "times": stage_times(self.inp.benchmarks).to_dict("records"),
+            "config_text": Path(self.inp.config).read_text()
+            if self.inp.config and Path(self.inp.config).is_file()
+            else "",
+            "prov": self.provenance,
+            "n_genes": len(self.genes),
+            "alignment": self._alignment(),
+            "gene_maps": self._gene_maps(),
+            "software": software_context(self.inp.environment),
+        }
 
     def _comparisons(self) -> list[dict[str, Any]]:
         c = self.summary[self.summary["table"] == "comparison"]
@@ -157,11 +176,16 @@ class ReportBuilder:
         if not Path(self.inp.alignment).is_file():
             raise CellicaError(f"report: alignment table {self.inp.alignment} does not exist")
         t = read_parquet(self.inp.alignment, "alignment table")
-        return {"rows": [(r.map, _fmt(r.error), r.dims, r.note) for r in t.itertuples()],
-                "efficiency": f"{float(t['ica_efficiency'].iloc[0]):.1f}",
-                "ica_components": int(t["n_components"].iloc[0]) if "n_components" in t else 0, "n_train": int(t["n_train"].iloc[0]),
-                "n_test": int(t["n_test"].iloc[0]), "a": str(t["a"].iloc[0]), "b": str(t["b"].iloc[0]),
-                "source": str(self.inp.alignment)}
+        return {
+            "rows": [(r.map, _fmt(r.error), r.dims, r.note) for r in t.itertuples()],
+            "efficiency": f"{float(t['ica_efficiency'].iloc[0]):.1f}",
+            "ica_components": int(t["n_components"].iloc[0]) if "n_components" in t else 0,
+            "n_train": int(t["n_train"].iloc[0]),
+            "n_test": int(t["n_test"].iloc[0]),
+            "a": str(t["a"].iloc[0]),
+            "b": str(t["b"].iloc[0]),
+            "source": str(self.inp.alignment),
+        }
 
     def build_index(self) -> Path:
         """Write ``index.html`` and the paged gene index (``gene_index/genes-<k>.html``)."""
@@ -268,13 +292,28 @@ class ReportBuilder:
                       for v in variants if v in features and gene in imps.get(v, {})]
         counts = sample_counts(features, gene)
         truth = truth_section(truth_genes, gene, rows, variants)
-        return {"gene": gene, "table": table, "guides_table": guides, "entity": self.inp.entity, "split": split,
-                "no_split": no_split_notes(rows, variants),
-                "seed": int(self.seeds[0]), "n_seeds": len(self.seeds), "charts": charts, "importance": importance, "embeddings": embeddings,
-                "counts": counts, "guides": first.get("guides", ""), "batches": first.get("batches", ""),
-                "n_samples": int(first.get("n_samples", 0)), "skipped": first.get("skipped", ""),
-                "thumbs": thumbs, "truth": truth,
-                "prov": self.provenance, "sources": {v: str(p) for v, p in self.inp.per_gene.items()}}
+        return {
+            "gene": gene,
+            "table": table,
+            "guides_table": guides,
+            "entity": self.inp.entity,
+            "split": split,
+            "no_split": no_split_notes(rows, variants),
+            "seed": int(self.seeds[0]),
+            "n_seeds": len(self.seeds),
+            "charts": charts,
+            "importance": importance,
+            "embeddings": embeddings,
+            "counts": counts,
+            "guides": first.get("guides", ""),
+            "batches": first.get("batches", ""),
+            "n_samples": int(first.get("n_samples", 0)),
+            "skipped": first.get("skipped", ""),
+            "thumbs": thumbs,
+            "truth": truth,
+            "prov": self.provenance,
+            "sources": {v: str(p) for v, p in self.inp.per_gene.items()},
+        }
 
     def _first_seed(self, table: pd.DataFrame) -> pd.DataFrame:
         """The rows of the seed the pages show (tables without seeds are one seed)."""

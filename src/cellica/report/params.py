@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from cellica.core.params import Params, param
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ReportParams(Params):
     """The HTML reports: index.html, the paged gene index and one page per gene
     (`cellica report --help`)."""

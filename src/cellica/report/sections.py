@@ -21,8 +21,14 @@ def sample_counts(features, gene: str) -> list[dict[str, Any]] | dict:
         # Controls that fitted the transforms are not compared with the genes: count the others.
         held = held_back_mask(obs)
         sub = obs[((obs["perturbation"].astype(str) == gene) | obs["is_control"]).to_numpy() & held]
-        counts = (sub.assign(kind=np.where(sub["is_control"], "held-back controls", gene))
-                  .groupby(["batch", "kind"], observed=True).size().unstack(fill_value=0).reset_index().to_dict("records"))
+        counts = (
+            sub.assign(kind=np.where(sub["is_control"], "held-back controls", gene))
+            .groupby(["batch", "kind"], observed=True)
+            .size()
+            .unstack(fill_value=0)
+            .reset_index()
+            .to_dict("records")
+        )
     return counts
 
 

@@ -89,7 +89,9 @@ def bar_chart(labels: list[str], values: list[float], title: str, vmin: float = 
     parts.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot}" y2="{axis_y}" stroke="#999"/>')
     for t in dict.fromkeys((vmin, 0.0, vmax)):
         parts.append(f'<line x1="{x_of(t):.1f}" y1="{axis_y}" x2="{x_of(t):.1f}" y2="{axis_y + 4}" stroke="#999"/>')
-        parts.append(f'<text x="{x_of(t):.1f}" y="{axis_y + 13}" font-size="9" text-anchor="middle">{number(t, 2)}</text>')
+        parts.append(
+            f'<text x="{x_of(t):.1f}" y="{axis_y + 13}" font-size="9" text-anchor="middle">{number(t, 2)}</text>'
+        )
     if reference is not None and vmin <= reference <= vmax:
         xr = x_of(reference)
         parts.append(f'<line x1="{xr:.1f}" y1="{pad}" x2="{xr:.1f}" y2="{axis_y}" stroke="#555" '
@@ -130,7 +132,9 @@ def line_chart(series: dict[str, tuple[list[float], list[float]]], title: str, s
         parts.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{left}" y2="{y:.1f}" stroke="#999"/>')
         parts.append(f'<text x="{left - 6}" y="{y + 3:.1f}" font-size="9" text-anchor="end">{t:g}</text>')
     if diagonal:
-        parts.append(f'<line x1="{left}" y1="{m + inner}" x2="{left + inner}" y2="{m}" stroke="#bbb" stroke-dasharray="4"/>')
+        parts.append(
+            f'<line x1="{left}" y1="{m + inner}" x2="{left + inner}" y2="{m}" stroke="#bbb" stroke-dasharray="4"/>'
+        )
 
     def pts(xs, ys):
         return " ".join(f"{left + x * inner:.1f},{m + (1 - y) * inner:.1f}" for x, y in zip(xs, ys, strict=True))
@@ -207,7 +211,9 @@ def scatter(points: list[tuple[float, float, str]], title: str, xlabel: str, yla
                   for k, text in enumerate(wrapped)]
     for i, (text, color) in enumerate(lines):
         parts.append(f'<text x="{m}" y="{size + 12 * i + 4}" font-size="10" fill="{color}">{text}</text>')
-    parts.append(f'<text x="{size - m}" y="{m + inner + 12}" font-size="9" text-anchor="end" fill="#555">{escape(xlabel)}</text>')
+    parts.append(
+        f'<text x="{size - m}" y="{m + inner + 12}" font-size="9" text-anchor="end" fill="#555">{escape(xlabel)}</text>'
+    )
     parts.append(f'<text x="{m - 4}" y="{m + 10}" font-size="9" text-anchor="end" fill="#555" '
                  f'transform="rotate(-90 {m - 4} {m + 10})">{escape(ylabel)}</text>')
     return _frame(size, size + 12 * len(lines) + 4, "".join(parts), title)

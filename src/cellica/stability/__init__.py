@@ -6,6 +6,6 @@ from cellica.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "align_embeddings": "cellica.stability.align:align",
-    "align_files": "cellica.stability.files",
+    "align_files": "cellica.stability.compare_runs",
     "AlignParams": "cellica.stability.params",
 })

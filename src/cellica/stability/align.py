@@ -175,7 +175,7 @@ def latent_diameter(x: np.ndarray, max_samples: int = 4000, seed: int = 0) -> fl
     return float(np.sqrt(max(d2.max(), 0.0)))
 
 
-def align(a, b, params: AlignParams | None = None, maps: tuple[str, ...] = MAPS,
+def align(a, b, params: AlignParams | None = None, *, maps: tuple[str, ...] = MAPS,
           names: tuple[str, str] = ("A", "B")) -> pd.DataFrame:
     """Held-out alignment error of A -> B for each class of map, and the ICA efficiency.
 
@@ -190,6 +190,8 @@ def align(a, b, params: AlignParams | None = None, maps: tuple[str, ...] = MAPS,
         count as error).
     maps
         Subset of ``permutation``, ``rigid``, ``linear``, ``ica``.
+    names : tuple of two str, default ("A", "B")
+        How the two embeddings are named in messages and the table.
 
     Returns
     -------

@@ -9,7 +9,7 @@ from cellica.core.params import Params, like, param
 from cellica.transform.params import IcaParams, TransformParams
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AlignParams(Params):
     """How two embeddings of the same samples are aligned (`cellica align --help`)."""
 

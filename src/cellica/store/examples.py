@@ -32,7 +32,7 @@ def _png(rgb: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def example_tiles(store, chunk: str | None = None, seed: int = 0) -> pd.DataFrame:
+def example_tiles(store, chunk: str | None = None, *, seed: int = 0) -> pd.DataFrame:
     """The example montages of the store's perturbations (those of ``chunk`` ``i/n`` of them).
 
     Parameters
@@ -69,13 +69,30 @@ def example_tiles(store, chunk: str | None = None, seed: int = 0) -> pd.DataFram
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def write_example_tiles(store: str | os.PathLike, out: str | os.PathLike, chunk: str | None = None,
+def write_example_tiles(store: str | os.PathLike, out: str | os.PathLike, chunk: str | None = None, *,
                         seed: int = 0) -> Path:
-    """Write :func:`example_tiles` of the store at ``store`` to the parquet table ``out``."""
+    """Write :func:`example_tiles` of the store at ``store`` to the parquet table ``out``.
+
+    Parameters
+    ----------
+    store : str or PathLike
+        The tile store.
+    out : str or PathLike
+        The parquet table to write (``qc/examples/<i>-of-<n>.parquet`` in the DAG).
+    chunk : str, optional
+        ``i/n``: only every n-th perturbation from the i-th, sorted.
+    seed : int, default 0
+        The draw of the tiles (:func:`example_tiles`).
+
+    Returns
+    -------
+    pathlib.Path
+        ``out``.
+    """
     from cellica.store.tilestore import TileStore
 
     ts = TileStore.open(store)
-    table = example_tiles(ts, chunk, seed)
+    table = example_tiles(ts, chunk, seed=seed)
     ts.check_unchanged()
     table.attrs["provenance"] = json.dumps({"store": ts.label, "seed": int(seed), "chunk": chunk or "all"})
     log.info("example tiles of %d perturbation(s) -> %s", table["gene"].nunique(), out)

@@ -214,7 +214,7 @@ def _field_tiles(fields, key, first, files, norms, extra_cols, manifest: str, st
 
 
 def ingest(
-    manifest: str | os.PathLike, out: str | os.PathLike, params: IngestParams, overwrite: bool = False
+    manifest: str | os.PathLike, out: str | os.PathLike, params: IngestParams, *, overwrite: bool = False
 ) -> TileStore:
     """Ingest the images of a manifest into a new tile store.
 

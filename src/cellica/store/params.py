@@ -16,7 +16,7 @@ N_FACTORS = 9  # the simulated latent factors (cellica.store.simulate.FACTORS)
 COMPRESSIONS = {"zstd": ("zstd", 5), "lz4": ("lz4", 9)}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SimulationParams(Params):
     """The synthetic screen (used when source is `simulate`); `cellica simulate --help`.
 
@@ -81,7 +81,7 @@ class SimulationParams(Params):
         return asdict(self)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class IngestParams(Params):
     """Image files to tiles (used when source is `ingest`); `cellica ingest --help`.
 
@@ -91,8 +91,12 @@ class IngestParams(Params):
 
     section = "ingest"
 
-    channels: list[str | int] = param(help="Channel values as in the manifest, in stacking order (OME-Zarr: "
-                                      "channel labels from the plate's omero metadata, or indices).", min_items=1, unique=True)
+    channels: list[str | int] = param(
+        help="Channel values as in the manifest, in stacking order (OME-Zarr: "
+        "channel labels from the plate's omero metadata, or indices).",
+        min_items=1,
+        unique=True,
+    )
     format: str = param("files", "`files`: the manifest lists one image file (TIFF/PNG) per field and channel; "
                         "`ome_zarr`: it lists one row per well whose path is an OME-Zarr HCS plate, and every "
                         "field (image) of that well is read from the plate (docs/formats.md).",

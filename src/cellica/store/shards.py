@@ -132,7 +132,11 @@ def direct_layout(meta: dict) -> DirectLayout | None:
     try:
         (sharding,) = meta["codecs"]
         conf = sharding["configuration"]
-        shape, shard_shape, chunk = meta["shape"], meta["chunk_grid"]["configuration"]["chunk_shape"], conf["chunk_shape"]
+        shape, shard_shape, chunk = (
+            meta["shape"],
+            meta["chunk_grid"]["configuration"]["chunk_shape"],
+            conf["chunk_shape"],
+        )
         inner = [c["name"] for c in conf["codecs"]]
         endian = (conf["codecs"][0].get("configuration") or {}).get("endian", "little")
         index = [(c["name"], (c.get("configuration") or {}).get("endian")) for c in conf["index_codecs"]]
@@ -162,7 +166,9 @@ def shard_problem(data: bytes | None, shard: int, manifest: dict) -> str | None:
         return "is empty (0 bytes): the store is damaged (it would read as zeros)"
     sizes, crcs = manifest.get("shard_bytes"), manifest.get("shard_crc32c")
     if sizes is not None and len(data) != sizes[shard]:
-        return f"is damaged: {len(data)} bytes where {sizes[shard]} were written (truncated, or a shard of another store)"
+        return (
+            f"is damaged: {len(data)} bytes where {sizes[shard]} were written (truncated, or a shard of another store)"
+        )
     if crcs is not None and google_crc32c.value(data) != crcs[shard]:
         return ("is damaged: its crc32c differs from the one recorded when the store was written (flipped bytes, or "
                 "a shard of another store)")
@@ -274,7 +280,10 @@ def store_manifest(path: Path, n_tiles: int, shard_tiles: int, attrs: dict[str, 
         sizes.append(len(data))
         crcs.append(google_crc32c.value(data))
         index_crcs.append(google_crc32c.value(data[-tail:-4]))
-    tables = [METADATA_FILE, *(f"{GROUND_TRUTH_DIR}/{f.name}" for f in sorted((path / GROUND_TRUTH_DIR).glob("*.parquet")))]
+    tables = [
+        METADATA_FILE,
+        *(f"{GROUND_TRUTH_DIR}/{f.name}" for f in sorted((path / GROUND_TRUTH_DIR).glob("*.parquet"))),
+    ]
     files = {name: hashlib.sha256((path / name).read_bytes()).hexdigest() for name in tables}
     manifest = {"shard_bytes": sizes, "shard_crc32c": crcs, "shard_index_body_crc32c": index_crcs, "files": files,
                 "array_sha256": hashlib.sha256((path / "tiles" / "zarr.json").read_bytes()).hexdigest(),

@@ -226,7 +226,7 @@ def sample_tiles(p: SimulationParams, n: int) -> np.ndarray:
 
 
 def simulate_screen(
-    path: str | os.PathLike, params: SimulationParams | None = None, overwrite: bool = False
+    path: str | os.PathLike, params: SimulationParams | None = None, *, overwrite: bool = False
 ) -> TileStore:
     """Simulate a screen and write it as a tile store with its ground truth.
 

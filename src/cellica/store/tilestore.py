@@ -69,7 +69,7 @@ class TileStore(VerifiedReads):
         One row per tile, in tile order.
     """
 
-    def __init__(self, path: Path, array: Any, metadata: pd.DataFrame, attrs: dict, array_meta: bytes | None = None):
+    def __init__(self, path: Path, array: Any, metadata: pd.DataFrame, *, attrs: dict, array_meta: bytes | None = None):
         self.path = path
         self._array = array
         self.metadata = metadata
@@ -117,7 +117,7 @@ class TileStore(VerifiedReads):
         meta_path = path / METADATA_FILE
         if not meta_path.is_file():
             raise CellicaError(f"{redact(path)}: missing {METADATA_FILE}")
-        store = cls(path, array, pd.DataFrame(), attrs, array_meta)
+        store = cls(path, array, pd.DataFrame(), attrs=attrs, array_meta=array_meta)
         metadata = normalise_metadata(store.read_table(METADATA_FILE, "tile metadata"), str(meta_path))
         store.metadata = metadata
         store.validate()

@@ -132,7 +132,10 @@ class TileStoreWriter:
             shards=(self.shard_tiles, *self.tile_shape),
             dtype=self.dtype,
             # Every chunk carries a crc32c checksum (the shard index has its own): reads verify it.
-            compressors=(BloscCodec(cname=cname, clevel=clevel, shuffle=shuffle), *([Crc32cCodec()] if checksums else [])),
+            compressors=(
+                BloscCodec(cname=cname, clevel=clevel, shuffle=shuffle),
+                *([Crc32cCodec()] if checksums else []),
+            ),
             dimension_names=("tile", "channel", "y", "x"),
             fill_value=0,
         )

@@ -7,8 +7,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "make_transform": "cellica.transform.variants",
     "compose": "cellica.transform.variants",
     "Step": "cellica.transform.steps",
-    "transform_file": "cellica.transform.files",
-    "baseline_file": "cellica.transform.files",
+    "transform_file": "cellica.transform.apply",
+    "baseline_file": "cellica.transform.apply",
     "Transform": "cellica.transform.base",
     "TransformParams": "cellica.transform.params",
 })

@@ -74,7 +74,9 @@ def cellica_ica(x: np.ndarray, max_iter: int, tol: float, seed: int, device: str
                  fastica_steps: int = 10, extended: bool = True) -> tuple[np.ndarray, dict]:
     import torch
 
-    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
+    dev = torch.device(
+        "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
+    )
     d = x.shape[1]
     xt = torch.as_tensor(np.ascontiguousarray(x.T, dtype=np.float32), device=dev)
     prob = _Problem(xt, torch)

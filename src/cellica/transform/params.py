@@ -10,7 +10,7 @@ from cellica.core.params import Params, like, param
 from cellica.transform.ica import BACKENDS
 
 
-@dataclass
+@dataclass(kw_only=True)
 class IcaParams(Params):
     """ICA solver settings, shared by the ``pca_ica`` transform and ``cellica align``."""
 
@@ -28,7 +28,7 @@ class IcaParams(Params):
     max_samples: int | None = param(100000, "Seeded subsample cap of the ICA fit set.", ge=10)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TransformParams(Params):
     """Feature transforms, one job and one features file per variant (`cellica transform --help`)."""
 

@@ -192,7 +192,9 @@ class Standardize(Step):
     def fit(self, rows):
         ctrl = controls_mask(rows.obs)
         if ctrl.sum() < 2:
-            raise CellicaError(f"{rows.source}: standardize: controls needs >= 2 fitting controls, got {int(ctrl.sum())}")
+            raise CellicaError(
+                f"{rows.source}: standardize: controls needs >= 2 fitting controls, got {int(ctrl.sum())}"
+            )
         mean, sd = moments(rows.rows(ctrl))
         # Each feature on its own scale: one whose controls do not vary (judged against its own
         # magnitude, never another feature's) is centred but not scaled, and the whitening's

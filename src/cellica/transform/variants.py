@@ -24,7 +24,7 @@ from __future__ import annotations
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.registry import COMMON_STEPS, VARIANTS
-from cellica.transform import comparators, layout, pca  # noqa: F401  (their steps are the registry's)
+from cellica.transform import comparators, pca, positions  # noqa: F401  (their steps are the registry's)
 from cellica.transform.base import Transform
 from cellica.transform.params import TransformParams
 from cellica.transform.steps import Step, step_class
@@ -38,6 +38,18 @@ def compose(variant: str, params: TransformParams) -> list[Step]:
 
     A registry entry names a step ``name`` or ``name:arg`` (e.g. ``centre_batches:after``,
     ``pca:scores``); the step class of that name builds itself (``from_params(params, arg)``).
+
+    Parameters
+    ----------
+    variant : str
+        A name of :data:`cellica.registry.VARIANTS`.
+    params : TransformParams
+        The transform stage's parameters.
+
+    Returns
+    -------
+    list of Step
+        The unfitted steps, in order.
     """
     if variant not in VARIANTS:
         raise CellicaError(f"unknown transform variant {variant!r}; choose from {', '.join(VARIANTS)}")
@@ -51,7 +63,20 @@ def compose(variant: str, params: TransformParams) -> list[Step]:
 
 
 def make_transform(variant: str, params: TransformParams | None = None) -> Transform:
-    """The estimator of a variant name (see :data:`cellica.registry.VARIANTS`)."""
+    """The estimator of a variant name (see :data:`cellica.registry.VARIANTS`).
+
+    Parameters
+    ----------
+    variant : str
+        A name of :data:`cellica.registry.VARIANTS`.
+    params : TransformParams, optional
+        The transform stage's parameters (defaults otherwise).
+
+    Returns
+    -------
+    Transform
+        The unfitted estimator.
+    """
     if variant not in VARIANTS:
         raise CellicaError(f"unknown transform variant {variant!r}; choose from {', '.join(VARIANTS)}")
     return Transform(variant, params or TransformParams())

@@ -62,17 +62,34 @@ def gene_map(adata, p: MapParams | None = None):
     extra = table.set_index("perturbation").drop(columns="n_guides")
     genes.obs = genes.obs.join(extra, on="perturbation")
     if genes.n_obs >= MIN_LAYOUT_GENES:  # the map's picture, drawn by the report from obsm["X_layout"]
-        from cellica.core.layout2d import layout_2d
+        from cellica.core.coords2d import coords_2d
 
-        xy, how = layout_2d(genes.X, "cosine", p.seed)
+        xy, how = coords_2d(genes.X, "cosine", p.seed)
         genes.obsm["X_layout"] = np.asarray(xy, np.float64)
         genes.uns["layout"] = {"method": how, "metric": "cosine", "seed": int(p.seed)}
     return genes, table
 
 
 def gene_map_files(features: PathLike, out: PathLike, consistency_out: PathLike,
-                   params: MapParams | None = None) -> pd.DataFrame:
-    """:func:`gene_map` of one features file; writes the map (``.h5ad``) and the consistency table."""
+                   *, params: MapParams | None = None) -> pd.DataFrame:
+    """:func:`gene_map` of one features file; writes the map (``.h5ad``) and the consistency table.
+
+    Parameters
+    ----------
+    features : PathLike
+        One variant's features (``.h5ad``).
+    out : PathLike
+        The gene map to write (``.h5ad``).
+    consistency_out : PathLike
+        The guide consistency table to write.
+    params : MapParams, optional
+        The gene-map stage's parameters.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The guide consistency table.
+    """
     genes, table = gene_map(read_h5ad(features), params)
     variant = stored_variant(features, "features")
     genes.uns.setdefault("transform", {})["variant"] = variant
@@ -87,7 +104,18 @@ def gene_map_files(features: PathLike, out: PathLike, consistency_out: PathLike,
 
 def read_map(path: PathLike):
     """A gene map written by :func:`gene_map_files` (genes as ``obs_names``), checked against
-    its seal (:func:`cellica.core.adata.read_sealed`)."""
+    its seal (:func:`cellica.core.adata.read_sealed`).
+
+    Parameters
+    ----------
+    path : PathLike
+        A gene map (``.h5ad``).
+
+    Returns
+    -------
+    anndata.AnnData
+        The map, genes as ``obs_names``.
+    """
     from cellica.core.adata import read_sealed
 
     return read_sealed(path)
@@ -101,9 +129,26 @@ def known_pairs(p: MapParams) -> pd.DataFrame:
 
 
 def recall_files(maps: Sequence[PathLike], out: PathLike, differences_out: PathLike,
-                 params: MapParams | None = None) -> pd.DataFrame:
+                 *, params: MapParams | None = None) -> pd.DataFrame:
     """Recall of known relationships by every variant's map (and paired differences between
-    variants); the recall table also counts each source's gene symbols that are not in the map."""
+    variants); the recall table also counts each source's gene symbols that are not in the map.
+
+    Parameters
+    ----------
+    maps : sequence of PathLike
+        Every variant's gene map.
+    out : PathLike
+        The recall table to write.
+    differences_out : PathLike
+        The paired differences table to write.
+    params : MapParams, optional
+        The gene-map stage's parameters.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The recall table.
+    """
     from cellica.maps.annotations import match_genes
     from cellica.maps.recall import recall_tables
     from cellica.registry import PAIRS

@@ -18,11 +18,32 @@ PathLike = str | os.PathLike
 
 
 def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
-                   params: TransformParams | None = None, model_out: PathLike | None = None,
+                   *, params: TransformParams | None = None, model_out: PathLike | None = None,
                    apply: PathLike | None = None):
     """Fit ``variant`` on ``input`` and write the features (and, with ``model_out``, the fitted
     transform: both committed together, or neither); or, with ``apply``, re-apply a saved
-    transform to ``input``. Returns the transformed AnnData."""
+    transform to ``input``. Returns the transformed AnnData.
+
+    Parameters
+    ----------
+    input : PathLike
+        The embeddings or features (``.h5ad``).
+    out : PathLike
+        The transformed features to write.
+    variant : str, optional
+        The variant to fit (not with ``apply``).
+    params : TransformParams, optional
+        The transform stage's parameters.
+    model_out : PathLike, optional
+        Where to write the fitted transform (``.npz``).
+    apply : PathLike, optional
+        A saved transform to re-apply instead of fitting one.
+
+    Returns
+    -------
+    anndata.AnnData
+        The transformed features.
+    """
     from cellica.transform.base import Transform
     from cellica.transform.variants import make_transform
 
@@ -54,13 +75,31 @@ def transform_file(input: PathLike, out: PathLike, variant: str | None = None,
     return result
 
 
-def baseline_file(name: str, input: PathLike, out: PathLike, params: TransformParams | None = None,
+def baseline_file(name: str, input: PathLike, out: PathLike, *, params: TransformParams | None = None,
                   column: str | None = None):
     """The features of baseline ``name`` (:data:`cellica.registry.BASELINES`): ``input`` (its
     embeddings), or only its ``column`` (a column of ``.obs`` or a feature: a cell count of
     imported features), through the ``base`` variant, as the reference row is made. The file
     records ``name`` as its variant, so every later stage tables it under that name; its
     lineage names its own source (a baseline is made from other embeddings than the variants).
+
+    Parameters
+    ----------
+    name : str
+        The baseline, a name of :data:`cellica.registry.BASELINES`.
+    input : PathLike
+        Its embeddings (``.h5ad``).
+    out : PathLike
+        The features to write (``features/<name>.h5ad``).
+    params : TransformParams, optional
+        The ``base`` variant's parameters.
+    column : str, optional
+        Only this column of ``.obs`` or feature (a cell count of imported features).
+
+    Returns
+    -------
+    anndata.AnnData
+        The baseline's features.
 
     Raises
     ------

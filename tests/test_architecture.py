@@ -112,16 +112,16 @@ def test_stage_packages_export_their_public_names_lazily():
     assert callable(importlib.import_module("cellica").run)
 
 
-def test_the_code_layout_picture_is_the_code_s():
-    """docs/stages.md's picture is written from the code (benchmarks/code_layout.py): every
+def test_the_code_map_is_the_code_s():
+    """docs/stages.md's picture is written from the code (benchmarks/code_map.py): every
     module is in it under its package, each package's imports are the ones its modules make,
     and a package is listed only below everything it imports."""
-    from cellica.core.docs import code_layout
+    from cellica.core.docs import code_map
 
-    picture = code_layout(PKG)
+    picture = code_map(PKG)
     text = (REPO / "docs" / "stages.md").read_text()
-    block = text.split("<!-- code-layout:start -->\n")[1].split("\n<!-- code-layout:end -->")[0]
-    assert block == picture, "run `python benchmarks/code_layout.py --docs`"
+    block = text.split("<!-- code-map:start -->\n")[1].split("\n<!-- code-map:end -->")[0]
+    assert block == picture, "run `python benchmarks/code_map.py --docs`"
     heads = [line for line in picture.splitlines() if line and not line.startswith((" ", "`"))]
     listed = [h.split()[0].rstrip("/").removesuffix(".py") for h in heads]
     for i, head in enumerate(heads):

@@ -14,9 +14,26 @@ from cellica.stability.params import AlignParams
 
 
 def align_files(a: str | os.PathLike, b: str | os.PathLike, params: AlignParams | None = None,
-                out: str | os.PathLike | None = None) -> pd.DataFrame:
+                *, out: str | os.PathLike | None = None) -> pd.DataFrame:
     """Held-out alignment error of embedding ``a`` onto ``b`` per class of map (see
-    :func:`cellica.stability.align.align`); written to ``out`` when given."""
+    :func:`cellica.stability.align.align`); written to ``out`` when given.
+
+    Parameters
+    ----------
+    a : str or PathLike
+        Embedding A (``.h5ad``).
+    b : str or PathLike
+        Embedding B, its samples paired with A's by ``obs_names``.
+    params : AlignParams, optional
+        Whitening and split settings.
+    out : str or PathLike, optional
+        The table to write.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per class of map.
+    """
     params = params or AlignParams()
     ea, eb = read_h5ad(a), read_h5ad(b)
     ga, gb = (e.uns.get("provenance", {}).get("store_generation") for e in (ea, eb))

@@ -23,13 +23,37 @@ PathLike = str | os.PathLike
 
 
 def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out: PathLike,
-                   params: EvalParams | None = None, chunk: str | None = None, variant: str | None = None,
+                   *, params: EvalParams | None = None, chunk: str | None = None, variant: str | None = None,
                    truth: PathLike | None = None, threads: int = 1) -> pd.DataFrame:
     """Per-gene classifiers of one variant: one features file, or one per evaluation seed.
 
     ``truth`` (a simulated screen's truth tables, from ``cellica export-truth``) adds the
     ground-truth alignment columns; a table of true factors has no per-gene effects and adds
     none. Returns the per-gene table.
+
+    Parameters
+    ----------
+    features : sequence of PathLike
+        One features file, or one per evaluation seed.
+    out : PathLike
+        The per-gene table to write.
+    importances_out : PathLike
+        The importance table to write.
+    params : EvalParams, optional
+        The evaluation's parameters.
+    chunk : str, optional
+        ``i/n``: only that chunk of the genes.
+    variant : str, optional
+        The name the tables record (default: the one the features file records).
+    truth : PathLike, optional
+        A simulated screen's truth tables (ground-truth alignment columns).
+    threads : int, default 1
+        LightGBM's threads.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The per-gene table.
     """
     from cellica.evaluate.genes import evaluate_genes, read_evaluation_rows
 
@@ -46,7 +70,7 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
             truth_store = str(gt["effects"].attrs.get("store_content_sha256", ""))
     # One file serves every seed (read once); per-seed files are read one at a time, as each seed comes.
     data = paths if len(paths) > 1 else read_evaluation_rows(paths[0])
-    per_gene, imps = evaluate_genes(data, params, chunk, variant, threads=threads, truth=gene_truth)
+    per_gene, imps = evaluate_genes(data, params, chunk, variant=variant, threads=threads, truth=gene_truth)
     lineage = lineage_for(paths[0], variant)  # the variant's own file (further seeds are re-fits of it)
     if truth_store:  # the simulated screen whose truth the table's columns compare with (cellica truth-genes)
         per_gene.attrs[TRUTH_STORE] = truth_store
@@ -55,8 +79,25 @@ def evaluate_files(features: Sequence[PathLike], out: PathLike, importances_out:
 
 
 def gather_evaluations(per_gene: Sequence[PathLike], importances: Sequence[PathLike], out: PathLike,
-                       importances_out: PathLike) -> pd.DataFrame:
-    """Merge the gene chunks of one variant; a gene evaluated twice (same seed) is an error."""
+                       *, importances_out: PathLike) -> pd.DataFrame:
+    """Merge the gene chunks of one variant; a gene evaluated twice (same seed) is an error.
+
+    Parameters
+    ----------
+    per_gene : sequence of PathLike
+        The chunks' per-gene tables.
+    importances : sequence of PathLike
+        The chunks' importance tables.
+    out : PathLike
+        The merged per-gene table to write.
+    importances_out : PathLike
+        The merged importance table to write.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The merged per-gene table.
+    """
     parts = [(str(p), read_parquet(p, "per-gene table")) for p in per_gene]
     parts += [(str(p), read_parquet(p, "importances")) for p in importances]
     lineage = merge(parts, "gather-eval")  # chunks of one run only
@@ -76,9 +117,28 @@ def gather_evaluations(per_gene: Sequence[PathLike], importances: Sequence[PathL
 
 
 def batch_metrics_files(features: Sequence[PathLike], out: PathLike, activity_out: PathLike,
-                        params: EvalParams | None = None, truth: PathLike | None = None) -> pd.DataFrame:
+                        *, params: EvalParams | None = None, truth: PathLike | None = None) -> pd.DataFrame:
     """Batch signal on the held-back controls, replicate mAP, and (with ``truth``: a simulated
-    screen's truth tables, or a table of true factors) ground-truth recovery, for every variant's features."""
+    screen's truth tables, or a table of true factors) ground-truth recovery, for every variant's features.
+
+    Parameters
+    ----------
+    features : sequence of PathLike
+        Every variant's features (``.h5ad``).
+    out : PathLike
+        The batch metrics table to write.
+    activity_out : PathLike
+        The replicate mAP table to write.
+    params : EvalParams, optional
+        The evaluation's parameters.
+    truth : PathLike, optional
+        A simulated screen's truth tables, or a table of true factors.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The batch metrics, one row per variant.
+    """
     from cellica.evaluate.batch import variant_metrics
 
     gt = None
@@ -95,13 +155,42 @@ def batch_metrics_files(features: Sequence[PathLike], out: PathLike, activity_ou
     return batch
 
 
-def summarize_files(per_gene: Sequence[PathLike], batch: PathLike, activity: PathLike, out: PathLike,
+def summarize_files(per_gene: Sequence[PathLike], batch: PathLike, activity: PathLike, *, out: PathLike,
                     params: EvalParams | None = None, config_hash: str = "", recall: PathLike | None = None,
                     recall_differences: PathLike | None = None,
                     consistency: Sequence[PathLike] = (), entity: str = "gene") -> pd.DataFrame:
     """The summary and claims table (``summary.parquet``) from the evaluation outputs, plus the
     gene maps' recall and guide consistency when their tables are given. ``entity`` (what the
-    perturbations are called) words the notes, as on the report's pages."""
+    perturbations are called) words the notes, as on the report's pages.
+
+    Parameters
+    ----------
+    per_gene : sequence of PathLike
+        Every variant's and baseline's per-gene table.
+    batch : PathLike
+        The batch metrics table.
+    activity : PathLike
+        The replicate mAP table.
+    out : PathLike
+        The summary to write (``summary.parquet``).
+    params : EvalParams, optional
+        The evaluation's parameters (bootstrap draws and seed).
+    config_hash : str, optional
+        The run's config hash, recorded in the provenance.
+    recall : PathLike, optional
+        The gene maps' recall table.
+    recall_differences : PathLike, optional
+        Its paired differences (with ``recall``).
+    consistency : sequence of PathLike, optional
+        The guide consistency tables, one per variant.
+    entity : str, default "gene"
+        What the perturbations are called.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The summary table.
+    """
     from cellica.evaluate.summary import summary_table
 
     params = params or EvalParams()
@@ -117,7 +206,8 @@ def summarize_files(per_gene: Sequence[PathLike], batch: PathLike, activity: Pat
         named += [(str(recall), maps[0]), (str(recall_differences), maps[1]),
                   *zip(map(str, consistency), cons, strict=True)]
     lineage = merge(named, "summarize")  # every table of one run
-    table = summary_table(genes, batch_table, activity_table, params.n_boot, params.seed, maps, entity)
+    table = summary_table(genes, batch_table, activity_table, n_boot=params.n_boot, seed=params.seed, maps=maps,
+                          entity=entity)
     for claim in table[table["table"] == "claim"].itertuples():
         log.info("claim %s: %s (%s)", claim.verdict.upper(), claim.row, claim.detail)
     table.attrs["provenance"] = json.dumps({"per_gene": [str(p) for p in per_gene], "batch": str(batch),
@@ -129,7 +219,22 @@ def summarize_files(per_gene: Sequence[PathLike], batch: PathLike, activity: Pat
 def truth_genes_file(per_gene: Sequence[PathLike], truth: PathLike, out: PathLike) -> pd.DataFrame:
     """The ground truth of each evaluated gene and the verdict on it (:func:`cellica.evaluate.truth.truth_genes`)
     from the per-gene tables of every variant and baseline and a simulated screen's truth tables
-    (the folder ``cellica export-truth`` writes), written to ``out``."""
+    (the folder ``cellica export-truth`` writes), written to ``out``.
+
+    Parameters
+    ----------
+    per_gene : sequence of PathLike
+        Every variant's and baseline's per-gene table, evaluated with ``--truth``.
+    truth : PathLike
+        The simulated screen's truth tables.
+    out : PathLike
+        The table to write (``eval/truth_genes.parquet``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per evaluated gene with a true effect.
+    """
     from cellica.evaluate.truth import truth_genes
 
     folder = Path(truth)

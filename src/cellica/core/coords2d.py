@@ -8,7 +8,7 @@ import numpy as np
 MIN_UMAP_POINTS = 16
 
 
-def layout_2d(x: np.ndarray, metric: str = "euclidean", seed: int = 0) -> tuple[np.ndarray, str]:
+def coords_2d(x: np.ndarray, metric: str = "euclidean", seed: int = 0) -> tuple[np.ndarray, str]:
     """Two coordinates per row: scanpy's UMAP (seeded kNN graph of ``metric``), or the first two
     principal components below :data:`MIN_UMAP_POINTS` rows. Returns them and the method's name."""
     x = np.asarray(x, np.float32)
