@@ -9,8 +9,8 @@ from cellica.core.errors import CellicaError
 from cellica.core.relationships import LICENCES
 from cellica.maps.aggregate import guide_profiles, normalize_plates
 from cellica.maps.annotations import load_pair_file, load_sources, match_genes, unordered_pairs
-from cellica.maps.consistency import bh_fdr, mean_pairwise_corr
-from cellica.maps.gene_maps import gene_map, recall_files
+from cellica.maps.consistency import COLUMNS, bh_fdr, mean_pairwise_corr
+from cellica.maps.gene_maps import gene_map, read_map, recall_files
 from cellica.maps.params import MapParams
 from cellica.maps.recall import random_pairs, recall_tables
 
@@ -178,6 +178,45 @@ def test_a_map_with_fewer_genes_than_the_floor_is_reported_not_computed_and_the_
     assert rows.loc[rows["metric"] == "recall", "value"].isna().all() and len(rows) == 4
     recall.to_parquet(tmp_path / "recall.parquet")
     assert recall_bars(tmp_path / "recall.parquet", ["v", "w"]) == ([], f"Recall of known pairs {note}.")
+
+
+def test_a_map_the_data_cannot_make_is_written_not_computed_and_recall_says_why(tmp_path, capsys):
+    """A batch with no control well at all (its plates cannot be centred on anything): the
+    gene-map command writes an empty map that says why and exits 0; recall and the EFAAR export
+    carry that reason instead of numbers; the summary reads them as it reads computed ones."""
+    from cellica.cli.app import main
+    from cellica.core.adata import write_h5ad
+    from cellica.evaluate.summary import map_rows
+
+    data, _ = screen(n_genes=12)
+    no_controls = data.obs["batch"] == "B1"
+    data.obs.loc[no_controls, "is_control"] = False
+    data.obs.loc[no_controls & (data.obs["perturbation"] == "non-targeting"), "perturbation"] = "GENE0"
+    data.obs.loc[no_controls & (data.obs["guide"] == "nt"), "guide"] = "GENE0_g0"
+    data.uns["transform"] = {"variant": "pca"}
+    write_h5ad(data, tmp_path / "pca.h5ad")
+    assert main(["gene-map", str(tmp_path / "pca.h5ad"), "--out", str(tmp_path / "map.h5ad"), "--consistency-out",
+                 str(tmp_path / "c.parquet")]) == 0
+    reason = ("not computed: maps.normalize=center: plate 'B1P0' has 0 control well(s) and its batch 'B1' 0, "
+              "needs 1")
+    assert reason in capsys.readouterr().err
+    made = read_map(tmp_path / "map.h5ad")
+    assert made.n_obs == 0 and made.n_vars == data.n_vars and made.uns["not_computed"] == reason
+    consistency = pd.read_parquet(tmp_path / "c.parquet")
+    assert consistency.empty and list(consistency.columns) == ["variant", *COLUMNS]
+    assert main(["recall", str(tmp_path / "map.h5ad"), "--out", str(tmp_path / "r.parquet"), "--differences-out",
+                 str(tmp_path / "d.parquet")]) == 0
+    recall, differences = pd.read_parquet(tmp_path / "r.parquet"), pd.read_parquet(tmp_path / "d.parquet")
+    assert recall[["variant", "source", "note"]].values.tolist() == [["pca", "all", reason]] and differences.empty
+    assert recall["recall"].isna().all()
+    rows = map_rows(recall, differences, consistency)
+    assert rows.loc[rows["metric"] == "recall", "value"].isna().all()
+    assert main(["export-efaar", str(tmp_path / "map.h5ad"), "--out", str(tmp_path / "efaar")]) == 0
+    assert pd.read_parquet(tmp_path / "efaar" / "recall.parquet")["note"].tolist() == [reason]
+    from cellica.report.maps import map_umaps, not_computed_note
+
+    assert map_umaps({"pca": tmp_path / "map.h5ad"}) == []  # no picture of no genes; the index says why:
+    assert not_computed_note({"pca": tmp_path / "map.h5ad"}) == f"Gene maps of pca: {reason}."
 
 
 def test_gene_names_differing_only_by_case_are_refused():

@@ -9,6 +9,11 @@ class CellicaError(Exception):
     """
 
 
+class NotComputable(CellicaError):
+    """An optional product the data cannot make (a gene map of a batch without controls): the
+    stage writes it as "not computed" with this reason, and the run goes on to the report."""
+
+
 def describe(exc: BaseException) -> str:
     """One line for an error a user can meet: the file (when known) and the cause."""
     import errno

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from cellica.core.adata import WELL_KEYS, aggregate_wells
-from cellica.core.errors import CellicaError
+from cellica.core.errors import CellicaError, NotComputable
 from cellica.core.logs import get_logger
 from cellica.core.scales import constant, moments
 from cellica.maps.params import MapParams
@@ -45,7 +45,8 @@ def normalize_plates(x: np.ndarray, obs: pd.DataFrame, how: str | None,
     A plate with too few control wells of its own (none; one under ``center_scale``) is
     normalised on the control wells of its whole batch, as screens whose controls sit on plates
     of their own need: each such plate is logged and recorded in ``borrowed`` (plate -> batch).
-    A batch without enough control wells either is an error naming the plate and its batch.
+    A batch without enough control wells either cannot be normalised: :class:`NotComputable`
+    naming the plate and its batch (the map is then written as not computed).
 
     Under ``center_scale`` a feature whose reference controls do not vary (judged on that
     feature's own magnitude, :func:`cellica.core.scales.constant`, never against another
@@ -65,8 +66,8 @@ def normalize_plates(x: np.ndarray, obs: pd.DataFrame, how: str | None,
             pool = np.flatnonzero(ctrl & (batches == batch)) if batch is not None else ref
             if len(pool) < need:
                 where = f" and its batch {batch!r} {len(pool)}" if batch is not None else ""
-                raise CellicaError(f"maps.normalize={how}: plate {plate!r} has {len(ref)} control well(s){where}, "
-                                   f"needs {need}")
+                raise NotComputable(f"maps.normalize={how}: plate {plate!r} has {len(ref)} control well(s){where}, "
+                                    f"needs {need}")
             if borrowed is not None:
                 borrowed[str(plate)] = str(batch)
             ref = pool

@@ -12,7 +12,7 @@ import pandas as pd
 
 from cellica.core.adata import read_h5ad, stored_variant, write_h5ad
 from cellica.core.atomic import write_parquet, write_parquets
-from cellica.core.errors import CellicaError
+from cellica.core.errors import CellicaError, NotComputable
 from cellica.core.lineage import KEY, lineage_for, merge, tag
 from cellica.core.logs import get_logger
 from cellica.maps.params import MapParams
@@ -20,6 +20,7 @@ from cellica.maps.params import MapParams
 log = get_logger("maps")
 PathLike = str | os.PathLike
 MIN_LAYOUT_GENES = 4  # a picture of fewer genes says nothing
+NOT_COMPUTED = "not_computed"  # .uns of a map the data could not make: the reason
 
 
 def gene_map(adata, p: MapParams | None = None):
@@ -90,8 +91,13 @@ def gene_map_files(features: PathLike, out: PathLike, consistency_out: PathLike,
     pandas.DataFrame
         The guide consistency table.
     """
-    genes, table = gene_map(read_h5ad(features), params)
+    adata = read_h5ad(features)
     variant = stored_variant(features, "features")
+    try:
+        genes, table = gene_map(adata, params)
+    except NotComputable as exc:  # an optional product: said, written as such, never the end of the run
+        genes, table = not_computed_map(adata, f"not computed: {exc}")
+        log.warning("gene map of %s %s", variant, genes.uns[NOT_COMPUTED])
     genes.uns.setdefault("transform", {})["variant"] = variant
     lineage = lineage_for(features, variant)
     genes.uns[KEY] = json.dumps(lineage)
@@ -100,6 +106,21 @@ def gene_map_files(features: PathLike, out: PathLike, consistency_out: PathLike,
     write_h5ad(genes, out)
     log.info("%s: gene map of %d genes x %d features -> %s", variant, genes.n_obs, genes.n_vars, out)
     return table
+
+
+def not_computed_map(adata, reason: str):
+    """An empty gene map (no genes, ``adata``'s features) that says why it could not be made
+    (``uns["not_computed"]``), and an empty consistency table with the same reason."""
+    import anndata as ad
+
+    from cellica.maps.consistency import COLUMNS
+
+    genes = ad.AnnData(np.zeros((0, adata.n_vars), np.float32), var=pd.DataFrame(index=adata.var_names.copy()))
+    genes.uns[NOT_COMPUTED] = reason
+    table = pd.DataFrame({c: pd.Series(dtype=str if c == "perturbation" else bool if c == "consistent" else
+                                       int if c == "n_guides" else float) for c in COLUMNS})
+    table.attrs["note"] = reason
+    return genes, table
 
 
 def read_map(path: PathLike):
@@ -158,6 +179,13 @@ def recall_files(maps: Sequence[PathLike], out: PathLike, differences_out: PathL
     loaded = {stored_variant(path, str(path)): read_map(path) for path in maps}
     lineage = merge([(str(path), json.loads(str(m.uns.get(KEY, "{}")))) for path, m in zip(maps, loaded.values(),
                                                                                              strict=True)], "recall")
+    reasons = [str(m.uns[NOT_COMPUTED]) for m in loaded.values() if NOT_COMPUTED in m.uns]
+    if reasons:  # a map the data could not make: no recall either, and the tables say why
+        from cellica.maps.recall import not_computed_tables
+
+        recall, differences = not_computed_tables(list(loaded), 0, reasons[0])
+        write_parquets([tag(recall, lineage), tag(differences, lineage)], [out, differences_out])
+        return recall
     pairs = known_pairs(p)
     # recall_tables checks the names (case-only duplicates, the same genes in every map).
     kept, coverage = match_genes(pairs, list(map(str, next(iter(loaded.values())).obs_names)))
@@ -193,6 +221,10 @@ def efaar_files(maps: Sequence[PathLike], out: PathLike, params: MapParams | Non
         variant = stored_variant(path, path)
         if safe_filename(variant) in exported:
             raise CellicaError(f"export-efaar: {path} is a second map of variant {variant!r}; give one per variant")
+        if NOT_COMPUTED in m.uns:  # nothing to export: the recall table says why
+            log.warning("export-efaar: the map of %s is %s", variant, m.uns[NOT_COMPUTED])
+            tables.append(pd.DataFrame([{"variant": variant, "folder": "", "note": str(m.uns[NOT_COMPUTED])}]))
+            continue
         exported[safe_filename(variant)] = map_tables(m)
         recall = efaar_recall(m, pairs)
         recall.insert(0, "variant", variant)
@@ -200,6 +232,7 @@ def efaar_files(maps: Sequence[PathLike], out: PathLike, params: MapParams | Non
         tables.append(recall)
     recall = pd.concat(tables, ignore_index=True)
     with atomic_output(out, overwrite=True) as tmp:
+        tmp.mkdir(parents=True, exist_ok=True)  # the folder, also when no map could be exported
         for folder, (features, metadata) in exported.items():
             (tmp / folder).mkdir(parents=True)
             features.to_parquet(tmp / folder / "features.parquet")

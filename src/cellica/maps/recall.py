@@ -128,16 +128,8 @@ def recall_tables(
     p.validate()
     genes = _common_genes(maps, p)
     if len(genes) < p.min_genes:  # an optional product: said, never the end of the run
-        note = (f"not computed: the map has {len(genes)} genes; recall needs at least {p.min_genes} "
-                "(maps.min_genes)")
-        log.warning("recall %s", note)
-        recall = pd.DataFrame([{"variant": v, "source": ALL, "n_pairs": 0, "n_genes": len(genes), "note": note}
-                               for v in maps], columns=[*RECALL_COLUMNS, "note"])
-        numbers = [c for c in RECALL_COLUMNS if c not in ("variant", "source", "n_pairs", "n_genes")]
-        recall[numbers] = recall[numbers].astype(float)
-        differences = pd.DataFrame({c: pd.Series(dtype=str if c in ("variant", "baseline", "source") else
-                                                 int if c == "n_pairs" else float) for c in DIFF_COLUMNS})
-        return recall, differences
+        return not_computed_tables(list(maps), len(genes), f"not computed: the map has {len(genes)} genes; recall "
+                                                           f"needs at least {p.min_genes} (maps.min_genes)")
     index = known_pair_index(pairs, genes, sources)
     ni, nj = random_pairs(len(genes), p.null_pairs, np.random.default_rng(p.seed))
     hits, rows = {}, []
@@ -155,6 +147,19 @@ def recall_tables(
                          "n_genes": len(genes)})
     recall = pd.DataFrame(rows, columns=[c for c in RECALL_COLUMNS if c not in ("ci_low", "ci_high", "fold")])
     return _with_intervals(recall, hits, index, len(genes), p, comparisons or [])
+
+
+def not_computed_tables(variants: list[str], n_genes: int, note: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The recall tables of maps the recall cannot be computed on: one pooled row per variant
+    saying why (``note``), no differences; logged."""
+    log.warning("recall %s", note)
+    recall = pd.DataFrame([{"variant": v, "source": ALL, "n_pairs": 0, "n_genes": n_genes, "note": note}
+                           for v in variants], columns=[*RECALL_COLUMNS, "note"])
+    numbers = [c for c in RECALL_COLUMNS if c not in ("variant", "source", "n_pairs", "n_genes")]
+    recall[numbers] = recall[numbers].astype(float)
+    differences = pd.DataFrame({c: pd.Series(dtype=str if c in ("variant", "baseline", "source") else
+                                             int if c == "n_pairs" else float) for c in DIFF_COLUMNS})
+    return recall, differences
 
 
 def _common_genes(maps: dict, p: MapParams) -> list[str]:

@@ -42,6 +42,21 @@ def map_umaps(maps: dict[str, Path], complexes: dict[str, str] | None = None,
     return out
 
 
+def not_computed_note(maps: dict[str, Path]) -> str:
+    """The reason the gene-map stage wrote for maps the data could not make (``uns["not_computed"]``),
+    one sentence naming the variants, or empty."""
+    import h5py
+
+    reasons: dict[str, list[str]] = {}
+    for variant, path in maps.items():
+        with h5py.File(path, "r") as f:  # the reason alone, not the map
+            node = f.get("uns/not_computed")
+            reason = None if node is None else node[()]
+        if reason is not None:
+            reasons.setdefault(reason.decode() if isinstance(reason, bytes) else str(reason), []).append(variant)
+    return " ".join(f"Gene maps of {', '.join(vs)}: {r}." for r, vs in reasons.items())
+
+
 def well_umaps(layouts: pd.DataFrame) -> list[dict[str, Any]]:
     """One picture per variant of its wells in 2-D (``qc/well_layouts.parquet``), coloured by batch:
     how much batch structure each variant leaves."""

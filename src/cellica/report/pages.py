@@ -149,6 +149,7 @@ class ReportBuilder:
             borrowed_controls_note,
             control_intensity,
             map_umaps,
+            not_computed_note,
             plate_heatmaps,
             recall_bars,
             well_umaps,
@@ -165,7 +166,7 @@ class ReportBuilder:
         complexes = {} if truth is None else {g: c for g, c in truth["complex"].items() if c}
         return {"umaps": map_umaps(maps, complexes, entity=self.inp.entity) if maps else [], "recall": recall,
                 "recall_note": recall_note, "wells": well_umaps(layouts) if layouts is not None else [],
-                "controls_note": borrowed_controls_note(maps),
+                "controls_note": borrowed_controls_note(maps), "maps_note": not_computed_note(maps) if maps else "",
                 "layout": plate_heatmaps(qc["plate_wells"], qc["position_offsets"]) if "plate_wells" in qc else None,
                 "intensity": control_intensity(qc["control_intensity"]) if "control_intensity" in qc else None}
 
