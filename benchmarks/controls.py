@@ -26,7 +26,7 @@ import pandas as pd
 from _docs import DOCS, markdown, write_block
 from evaluate import make_screen, paired
 
-from cellica.evaluate.compare import bootstrap_ci
+from cellica.evaluate._compare import bootstrap_ci
 from cellica.evaluate.genes import evaluate_genes
 from cellica.evaluate.params import EvalParams
 

@@ -32,10 +32,10 @@ import pandas as pd
 import torch
 from _docs import DOCS, markdown, write_block
 
-from cellica.embed.checkpoints import save_model
+from cellica.embed._checkpoints import save_model
+from cellica.embed._loader import TileBlocks, make_loader
+from cellica.embed._mae import MAEConfig, MaskedAutoencoder, TileNormalizer
 from cellica.embed.extract import embed_store
-from cellica.embed.loader import TileBlocks, make_loader
-from cellica.embed.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
 from cellica.embed.params import EmbedParams
 from cellica.store.params import SimulationParams
 from cellica.store.simulate import simulate_screen

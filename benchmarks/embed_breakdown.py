@@ -42,10 +42,10 @@ from _docs import DOCS, markdown, write_block
 from embed import make_store
 
 from cellica.core.adata import make_adata, write_h5ad
-from cellica.embed.checkpoints import save_model
+from cellica.embed._checkpoints import save_model
+from cellica.embed._loader import TileBlocks, job_cpus, make_loader
+from cellica.embed._mae import MAEConfig, MaskedAutoencoder, TileNormalizer
 from cellica.embed.extract import embed_store
-from cellica.embed.loader import TileBlocks, job_cpus, make_loader
-from cellica.embed.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
 from cellica.embed.params import EmbedParams
 from cellica.store.tilestore import TileStore
 

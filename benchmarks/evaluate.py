@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 from _docs import DOCS, markdown, write_block
 
-from cellica.evaluate.compare import bootstrap_ci
+from cellica.evaluate._compare import bootstrap_ci
 from cellica.evaluate.genes import evaluate_genes
 from cellica.evaluate.params import EvalParams
 from cellica.transform.params import TransformParams

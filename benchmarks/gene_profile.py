@@ -26,7 +26,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from cellica.evaluate.classifiers import GeneClassifiers, lgb_params
+from cellica.evaluate._classifiers import GeneClassifiers, lgb_params
 from cellica.evaluate.metrics import biological_variation, concentration
 from cellica.evaluate.params import EvalParams
 

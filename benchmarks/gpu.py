@@ -40,10 +40,10 @@ from _docs import DOCS, markdown, write_block  # noqa: E402
 from embed import forward_rate, make_store, vit_flops_per_tile  # noqa: E402
 from ica import synthetic  # noqa: E402
 
-from cellica.embed.checkpoints import save_model  # noqa: E402
+from cellica.embed._checkpoints import save_model  # noqa: E402
+from cellica.embed._loader import TileBlocks, auto_read_threads, job_cpus, make_loader  # noqa: E402
+from cellica.embed._mae import MAEConfig, MaskedAutoencoder, TileNormalizer  # noqa: E402
 from cellica.embed.extract import embed_store  # noqa: E402
-from cellica.embed.loader import TileBlocks, auto_read_threads, job_cpus, make_loader  # noqa: E402
-from cellica.embed.mae import MAEConfig, MaskedAutoencoder, TileNormalizer  # noqa: E402
 from cellica.embed.params import EmbedParams  # noqa: E402
 from cellica.transform.ica import amari_distance, fit_rotation  # noqa: E402
 from cellica.transform.params import IcaParams  # noqa: E402

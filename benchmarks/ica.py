@@ -133,7 +133,7 @@ def iteration_cost(shape: str) -> pd.DataFrame:
     import torch
 
     from cellica.core.threads import NUMERIC_THREADS
-    from cellica.transform import ica_solver
+    from cellica.transform import _ica_solver as ica_solver
 
     n, d = (int(v) for v in shape.split("x"))
     x, _ = synthetic(n, d)

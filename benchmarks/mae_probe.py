@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from cellica.embed.checkpoints import save_model, sidecar_path
+from cellica.embed._checkpoints import save_model, sidecar_path
+from cellica.embed._mae import MaskedAutoencoder, TileNormalizer
 from cellica.embed.extract import embed_store
-from cellica.embed.mae import MaskedAutoencoder, TileNormalizer
 from cellica.embed.params import EmbedParams, TrainParams
 from cellica.embed.train import train_mae
 from cellica.evaluate.recovery import linear_probe_r2
+from cellica.store._render import FACTOR_NAMES
 from cellica.store.params import SimulationParams
-from cellica.store.render import FACTOR_NAMES
 from cellica.store.simulate import simulate_screen
 from cellica.store.tilestore import TileStore
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import pandas as pd
 from _docs import DOCS, markdown, write_block
 
-from cellica.launch import run_snakemake
+from cellica._launch import run_snakemake
 from cellica.registry import CLAIMED_ORDER, variant_order
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,8 +21,8 @@ import pandas as pd
 
 from cellica.evaluate.summary import summary_table
 from cellica.registry import VARIANT_NAMES
+from cellica.report._pages import ReportBuilder
 from cellica.report.content import ReportInputs
-from cellica.report.pages import ReportBuilder
 
 
 def main() -> None:

@@ -51,8 +51,8 @@ import pandas as pd
 import yaml
 from _docs import DOCS, markdown, write_block
 
+from cellica._launch import run_snakemake
 from cellica.core.jobtimes import benchmark_jobs
-from cellica.launch import run_snakemake
 from cellica.registry import PAPER_VARIANTS
 
 REPO = Path(__file__).resolve().parents[1]

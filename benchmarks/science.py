@@ -5,7 +5,7 @@
 
 Every set is evaluated with ``evaluate.seeds`` = ``--seeds`` (classifier seeds, and the
 ICA / random-rotation seeds of the seeded variants), and judged by cellica's own claims
-table (``cellica.evaluate.compare``): each claim holds / fails / is inconclusive at 95%, from
+table (``cellica.evaluate._compare``): each claim holds / fails / is inconclusive at 95%, from
 paired per-gene differences with bootstrap intervals and Holm-corrected Wilcoxon tests,
 with the seed noise beside them. Nothing is tuned to make a claim hold.
 
@@ -40,8 +40,8 @@ import yaml
 from _variants import variant_text
 
 import cellica
+from cellica._launch import environment, snakemake_command
 from cellica.evaluate.params import EvalParams
-from cellica.launch import environment, snakemake_command
 from cellica.registry import GENE_METRICS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -164,8 +164,8 @@ def verify_cost(root: Path, repeats: int, n: int) -> pd.DataFrame:
     same store, alternated; and the crc32c's share of a verified read."""
     import google_crc32c
 
-    from cellica.embed.loader import TileBlocks
-    from cellica.embed.mae import TileNormalizer
+    from cellica.embed._loader import TileBlocks
+    from cellica.embed._mae import TileNormalizer
 
     store = TileStore.open(root / "s.zarr")
     step = store.shard_tiles

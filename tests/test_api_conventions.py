@@ -129,6 +129,70 @@ def test_no_two_modules_share_a_name_for_what_a_stage_does_on_files():
     assert names == [], names
 
 
+def module_visibility(exported: set[str], referrers: dict[str, set[str]]) -> list[str]:
+    """Modules whose name says the wrong thing about who may import them.
+
+    A module is public (no leading underscore) when its package exports a name from it, or when
+    code outside its package (another stage package, the run plan's rules, the Snakefile) refers
+    to it; otherwise it is an internal of its package and is named ``_module``. ``referrers``
+    maps each module to the modules (or ``"workflow"``) naming it; a top-level module's package
+    is ``cellica`` alone.
+    """
+
+    def package(module: str) -> str:
+        return module.rsplit(".", 1)[0]
+
+    def inside(module: str, referrer: str) -> bool:
+        if package(module) == "cellica":
+            return referrer.count(".") == 1
+        return referrer.startswith(package(module) + ".")
+
+    problems = []
+    for module, named_by in sorted(referrers.items()):
+        leaf = module.rsplit(".", 1)[1]
+        outside = sorted(r for r in named_by if r != module and not inside(module, r))
+        if leaf.startswith("_") and outside:
+            problems.append(f"{module} is named private but {outside[0]} imports it")
+        if not leaf.startswith("_") and module not in exported and not outside:
+            problems.append(f"{module} is used only inside {package(module)}: name it _{leaf}")
+    return problems
+
+
+def _references() -> tuple[set[str], dict[str, set[str]]]:
+    src = REPO / "src"
+    modules = {p.relative_to(src).with_suffix("").as_posix().replace("/", "."): p
+               for p in (src / "cellica").rglob("*.py") if p.stem not in ("__init__", "__main__")}
+    exported = set()
+    for init in (src / "cellica").rglob("__init__.py"):
+        exported |= set(re.findall(r'(cellica(?:\.\w+)+?)(?::\w+)?"', init.read_text()))
+        exported |= set(re.findall(r"from (cellica(?:\.\w+)+) import", init.read_text()))
+    texts = {name: path.read_text() for name, path in modules.items()}
+    texts |= {f"cellica.{p.parent.name}.__init__": p.read_text() for p in (src / "cellica").glob("*/__init__.py")}
+    texts["workflow"] = "\n".join(p.read_text() for p in [REPO / "Snakefile", *(REPO / "workflow").rglob("*.smk")])
+    referrers = {m: {name for name, text in texts.items() if re.search(re.escape(m) + r"\b", text)} for m in modules}
+    return exported, referrers
+
+
+def test_internal_modules_are_private_and_private_ones_stay_inside():
+    """scanpy's layout: what a package keeps to itself lives in ``_module``; so the public
+    surface is the modules without an underscore (ruff's D rules check their docstrings)."""
+    exported, referrers = _references()
+    assert not module_visibility(exported, referrers)
+    assert any(m.rsplit(".", 1)[1].startswith("_") for m in referrers)  # the check saw some
+
+
+def test_the_visibility_check_can_fail():
+    referrers = {"cellica.maps.helper": {"cellica.maps.gene_maps"}, "cellica.maps._inner": {"cellica.report.pages"},
+                 "cellica.maps.gene_maps": {"cellica.cli._commands"}, "cellica.plan_x": {"cellica.plan"},
+                 "cellica.maps._fine": {"cellica.maps.gene_maps"}}
+    assert module_visibility(set(), referrers) == [
+        "cellica.maps._inner is named private but cellica.report.pages imports it",
+        "cellica.maps.helper is used only inside cellica.maps: name it _helper",
+        "cellica.plan_x is used only inside cellica: name it _plan_x"]
+    assert module_visibility({"cellica.maps.helper", "cellica.plan_x"}, referrers) == [
+        "cellica.maps._inner is named private but cellica.report.pages imports it"]
+
+
 REFERENCE = re.compile(r"`(cellica(?:\.[A-Za-z_]\w*)+)`")
 
 
@@ -159,7 +223,8 @@ def test_every_dotted_reference_names_something_that_exists():
 
 def test_the_configured_lint_and_line_length_hold():
     """pyproject's ruff settings are enforced, the line length (120) included: ruff passes on
-    the library, the tests and the benchmarks (E501 is not ignored)."""
+    the library, the tests and the benchmarks (E501 is not ignored), and its docstring rules
+    (D, numpy convention) hold on every public module."""
     import shutil
     import subprocess
     import sys
@@ -167,6 +232,11 @@ def test_the_configured_lint_and_line_length_hold():
 
     lint = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["ruff"]
     assert lint["line-length"] == 120 and "E501" not in lint["lint"].get("ignore", [])
+    # pydocstyle (numpy convention) on the public surface: only internals, tests and benchmarks are exempt
+    assert "D" in lint["lint"]["select"] and lint["lint"]["pydocstyle"]["convention"] == "numpy"
+    exempt = {glob for glob, rules in lint["lint"]["per-file-ignores"].items() if "D" in rules}
+    assert exempt == {"src/cellica/_[a-z]*.py", "src/cellica/**/_[a-z]*.py", "tests/**", "benchmarks/**"}
+    assert not {"D100", "D101", "D102", "D103", "D104", "D105", "D106"} & set(lint["lint"]["ignore"])
     ruff = [shutil.which("ruff")] if shutil.which("ruff") else [sys.executable, "-m", "ruff"]
     done = subprocess.run([*ruff, "check", "src", "tests", "benchmarks"], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]

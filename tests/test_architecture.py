@@ -16,7 +16,7 @@ from tests.conftest import REPO
 
 PKG = REPO / "src" / "cellica"
 RANK = {"core": 0, "registry": 0, "store": 1, "embed": 2, "transform": 3, "evaluate": 5, "maps": 6, "stability": 6,
-        "qc": 6, "report": 7, "config": 8, "plan_sets": 8, "plan": 9, "launch": 9, "pipeline": 9, "cli": 10}
+        "qc": 6, "report": 7, "config": 8, "_plan_sets": 8, "plan": 9, "_launch": 9, "pipeline": 9, "cli": 10}
 MODULES = sorted(PKG.rglob("*.py"))
 
 
@@ -143,3 +143,46 @@ def test_the_readme_stays_short():
     """The README is read first: 200 lines at most, details in docs/ (issue #46)."""
     lines = (REPO / "README.md").read_text().splitlines()
     assert len(lines) <= 200, len(lines)
+
+
+def _cellica_names(tree: ast.AST) -> set[str]:
+    return {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+            and n.module.startswith("cellica") for a in n.names}
+
+
+def self_comparisons(source: str) -> list[int]:
+    """Lines of assertions that compare a cellica call with the very same call (same function,
+    receiver and arguments) on the other side: such a test holds whatever the code computes."""
+    tree = ast.parse(source)
+    names = _cellica_names(tree)
+
+    def cellica_calls(node):
+        return {ast.dump(c) for c in ast.walk(node) if isinstance(c, ast.Call)
+                and {n.id for n in ast.walk(c.func) if isinstance(n, ast.Name)} & names}
+
+    lines = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assert) and isinstance(n.test, ast.Compare) and len(n.test.ops) == 1 \
+                and isinstance(n.test.ops[0], ast.Eq):
+            sides = (n.test.left, n.test.comparators[0])
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.startswith("assert_") \
+                and len(n.args) >= 2:
+            sides = (n.args[0], n.args[1])
+        else:
+            continue
+        if cellica_calls(sides[0]) & cellica_calls(sides[1]):
+            lines.append(n.lineno)
+    return lines
+
+
+def test_no_test_compares_a_call_with_itself():
+    found = {f"{p.name}:{line}" for p in (REPO / "tests").rglob("test_*.py")
+             for line in self_comparisons(p.read_text())}
+    assert not found, sorted(found)
+    tautology = ("from cellica.evaluate import evaluate_genes\n"
+                 "def test_x(a):\n"
+                 "    assert evaluate_genes(a).auroc.sum() == evaluate_genes(a).auroc.sum()\n"
+                 "    np.testing.assert_array_equal(evaluate_genes(a), evaluate_genes(a))\n"
+                 "    np.testing.assert_array_equal(evaluate_genes(a), evaluate_genes(a[::-1]))\n"  # invariance: fine
+                 "    assert evaluate_genes(a) != evaluate_genes(a)\n")
+    assert self_comparisons(tautology) == [3, 4]

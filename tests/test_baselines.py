@@ -79,8 +79,8 @@ def test_the_untrained_encoder_is_the_seeded_initialisation(tiny_store, tiny_mod
     import torch
     from safetensors.torch import load_file
 
-    from cellica.embed.checkpoints import read_sidecar
-    from cellica.embed.mae import MaskedAutoencoder
+    from cellica.embed._checkpoints import read_sidecar
+    from cellica.embed._mae import MaskedAutoencoder
     from cellica.embed.params import TrainParams
     from cellica.embed.train import train_mae
     from tests.conftest import TINY_MAE
@@ -193,7 +193,7 @@ def _values(rows):
 
 
 def test_the_winner_against_a_baseline_by_hand():
-    from cellica.evaluate.compare import compare_baselines
+    from cellica.evaluate._compare import compare_baselines
 
     auroc = {"pca_ica": [0.9, 0.8, 0.7, 0.6], "cell_count": [0.5, 0.5, 0.5, 0.5]}
     values = _values([(v, f"g{i}", 0, "auroc_heldout", x) for v, xs in auroc.items() for i, x in enumerate(xs)])
@@ -219,7 +219,7 @@ def _comparisons(verdicts):
     ({("auroc_heldout", "cell_count"): "not tested", ("auroc_heldout", "untrained"): "not tested"}, "not tested"),
 ])
 def test_beats_every_baseline_by_hand(verdicts, want):
-    from cellica.evaluate.claims import beats_baselines
+    from cellica.evaluate._claims import beats_baselines
 
     verdict, text = beats_baselines(CLAIMS[0], _comparisons(verdicts), ["cell_count", "untrained"])
     assert verdict == want
@@ -227,7 +227,7 @@ def test_beats_every_baseline_by_hand(verdicts, want):
 
 
 def test_a_baseline_without_the_claims_metrics_takes_no_part():
-    from cellica.evaluate.claims import beats_baselines
+    from cellica.evaluate._claims import beats_baselines
 
     sparsity = next(c for c in CLAIMS if c.parts[0][0] == "sparsity")
     verdict, text = beats_baselines(sparsity, _comparisons({("sparsity", "untrained"): "higher"}),

@@ -3,8 +3,8 @@ import pandas as pd
 import pytest
 
 from cellica.core.errors import CellicaError
-from cellica.evaluate.claims import claims_table
-from cellica.evaluate.compare import bootstrap_ci, compare_variants, gene_values, holm, wilcoxon_p
+from cellica.evaluate._claims import claims_table
+from cellica.evaluate._compare import bootstrap_ci, compare_variants, gene_values, holm, wilcoxon_p
 from cellica.evaluate.summary import summary_table
 from cellica.registry import PAPER_VARIANTS
 
@@ -101,7 +101,7 @@ def test_a_claim_reads_as_a_sentence_and_the_number_that_decides_it():
 
 
 def test_a_p_value_reads_in_fixed_point():
-    from cellica.evaluate.claims import p_text
+    from cellica.evaluate._claims import p_text
 
     assert [p_text(p) for p in (1e-12, 0.00099, 0.001, 0.0123, 0.5, float("nan"))] == [
         "p < 0.001", "p < 0.001", "p = 0.001", "p = 0.012", "p = 0.5", "p n/a"]
@@ -169,8 +169,8 @@ def test_genes_needed_by_hand_and_its_power_on_a_simulated_effect():
     about 80% of the time (the promise), and half as many genes far less often."""
     import numpy as np
 
-    from cellica.evaluate.compare import wilcoxon_p
-    from cellica.evaluate.power import genes_needed, power_note, seeds_would_help
+    from cellica.evaluate._compare import wilcoxon_p
+    from cellica.evaluate._power import genes_needed, power_note, seeds_would_help
 
     assert genes_needed(0.5, 1.0, 0.05) == 33
     assert genes_needed(0.0, 1.0, 0.05) is None and genes_needed(0.1, 0.0, 0.05) is None
@@ -193,7 +193,7 @@ def test_genes_needed_by_hand_and_its_power_on_a_simulated_effect():
 @pytest.mark.parametrize("n, text", [(7, "7"), (99, "99"), (100, "100"), (1234, "1,200"), (1250, "1,200"),
                                      (411675, "410,000"), (2_000_001, "2,000,000")])
 def test_an_estimated_count_reads_as_an_estimate(n, text):
-    from cellica.evaluate.power import about
+    from cellica.evaluate._power import about
 
     assert about(n) == text
 
@@ -201,7 +201,7 @@ def test_an_estimated_count_reads_as_an_estimate(n, text):
 def test_a_comparison_identical_on_every_gene_is_not_tested_and_leaves_holm_alone():
     """pca and a copy of it: every paired difference is 0 by construction, so the comparison is
     "not tested" (not "inconclusive") and is not counted in the Holm family of the others."""
-    from cellica.evaluate.compare import compare_variants
+    from cellica.evaluate._compare import compare_variants
 
     rng = np.random.default_rng(0)
     rows = []
@@ -224,7 +224,7 @@ def test_a_comparison_identical_on_every_gene_is_not_tested_and_leaves_holm_alon
 def test_sentences_name_the_entity_and_say_why_nothing_was_compared():
     """A compound screen where every compound was seen in one batch: no held-out AUROC exists,
     and the comparison says so in the screen's words (not "no gene scored by both")."""
-    from cellica.evaluate.power import power_note
+    from cellica.evaluate._power import power_note
     from cellica.registry import METRICS
 
     vals = {v: [0.6, 0.7, 0.8, 0.9] for v in PAPER_VARIANTS}

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from cellica.core.errors import CellicaError
-from cellica.evaluate.classifiers import GeneClassifiers
-from cellica.evaluate.controls import (
+from cellica.evaluate._classifiers import GeneClassifiers
+from cellica.evaluate._controls import (
     allocate,
     check_batches,
     fit_key,

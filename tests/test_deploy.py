@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cellica._launch import environment as process_env
 from cellica.core import environment as env
 from cellica.core.compute import DEFAULT_CONTAINER, ComputeKeys
 from cellica.core.errors import CellicaError
-from cellica.launch import environment as process_env
 from tests.conftest import REPO
 
 LOCK = REPO / "requirements.lock"

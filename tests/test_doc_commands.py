@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cellica.launch import environment
+from cellica._launch import environment
 from tests.conftest import REPO, TINY_SIM
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

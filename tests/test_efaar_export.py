@@ -1,4 +1,4 @@
-"""Gene maps and recall in EFAAR_benchmarking's layout (cellica.maps.efaar): by hand, and
+"""Gene maps and recall in EFAAR_benchmarking's layout (cellica.maps._efaar): by hand, and
 against EFAAR's own ``known_relationship_benchmark`` on the exported files."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cellica.maps._efaar import PERT_COL, efaar_recall, map_tables, recall_columns
 from cellica.maps.annotations import load_pair_file
-from cellica.maps.efaar import PERT_COL, efaar_recall, map_tables, recall_columns
 
 
 def _map(x, genes):

@@ -10,7 +10,7 @@ import torch
 
 from cellica.core.adata import aggregate_wells
 from cellica.core.errors import CellicaError
-from cellica.embed.checkpoints import load_encoder, read_state_dict
+from cellica.embed._checkpoints import load_encoder, read_state_dict
 from cellica.embed.extract import embed_store, gather_embeddings, parse_shard
 from cellica.embed.params import EmbedParams
 
@@ -55,8 +55,8 @@ def test_loader_workers_give_the_same_embeddings_in_tile_order(tiny_store, tiny_
 def test_read_threads_give_the_same_batches_in_the_same_order(tiny_store, raw, seed):
     """Extraction (store order) and training (shuffled, seeded) alike: the batches with read
     threads are those of one thread, index for index and pixel for pixel."""
-    from cellica.embed.loader import TileBlocks, make_loader
-    from cellica.embed.mae import TileNormalizer
+    from cellica.embed._loader import TileBlocks, make_loader
+    from cellica.embed._mae import TileNormalizer
 
     def batches(threads):
         data = TileBlocks(tiny_store.path, np.arange(3, 70), TileNormalizer("tile"), 6, shuffle_seed=seed,
@@ -74,7 +74,7 @@ def test_read_threads_give_the_same_batches_in_the_same_order(tiny_store, raw, s
 def test_reading_ahead_is_bounded_and_in_order():
     import threading
 
-    from cellica.embed.loader import read_ahead
+    from cellica.embed._loader import read_ahead
 
     started, lock = [], threading.Lock()
 
@@ -94,8 +94,8 @@ def test_reading_ahead_is_bounded_and_in_order():
 def test_normalising_on_the_device_equals_the_loader_s_up_to_rounding(tiny_store, mode):
     """The torch normalisation of integer pixels (uint16 crossing as int16 bytes) against the
     numpy one the loader applies: float32 rounding apart, the same tiles, for every mode."""
-    from cellica.embed.loader import TileBlocks, make_loader, pixels_to_float, raw_tensor
-    from cellica.embed.mae import TileNormalizer
+    from cellica.embed._loader import TileBlocks, make_loader, pixels_to_float, raw_tensor
+    from cellica.embed._mae import TileNormalizer
 
     tiles = tiny_store.read_range(0, 20)
     assert tiles.dtype == np.uint16
@@ -125,7 +125,7 @@ def test_embeddings_normalised_on_the_device_equal_the_loader_s(tiny_store, tiny
 
 
 def test_read_threads_by_default_follow_the_job_s_cpus(monkeypatch):
-    from cellica.embed.loader import MAX_AUTO_READ_THREADS, auto_read_threads, job_cpus
+    from cellica.embed._loader import MAX_AUTO_READ_THREADS, auto_read_threads, job_cpus
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
@@ -167,7 +167,7 @@ def test_parse_shard():
 
 
 def test_nan_embeddings_name_the_tiles(tiny_store, tiny_model, monkeypatch):
-    from cellica.embed.mae import MaskedAutoencoder
+    from cellica.embed._mae import MaskedAutoencoder
 
     def broken(self, x, pooling="mean", block=-1):
         z = torch.zeros(x.shape[0], 192)
@@ -267,8 +267,8 @@ def test_own_checkpoint_on_a_store_with_other_channels(tiny_model, tmp_path):
     with pytest.raises(CellicaError, match="store statistics of 4 channels; the store has 6"):
         load_encoder(tiny_model, 6, 32, store_label="the store")
     # With per-tile normalisation only the patch embedding must change, and only if allowed.
-    from cellica.embed.checkpoints import save_model
-    from cellica.embed.mae import TileNormalizer
+    from cellica.embed._checkpoints import save_model
+    from cellica.embed._mae import TileNormalizer
 
     trained, _, _ = load_encoder(tiny_model, 4, 32)
     other = save_model(trained, TileNormalizer(mode="tile"), tmp_path / "tile.safetensors")

@@ -7,10 +7,10 @@ import torch
 from safetensors.torch import save_file
 
 from cellica.core.errors import CellicaError
-from cellica.embed.channel_agnostic import positions_per_channel, sincos_positions
-from cellica.embed.checkpoints import load_encoder
+from cellica.embed._channel_agnostic import positions_per_channel, sincos_positions
+from cellica.embed._checkpoints import load_encoder
+from cellica.embed._mae import MAEConfig, MaskedAutoencoder, TileNormalizer
 from cellica.embed.extract import embed_store
-from cellica.embed.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
 from cellica.embed.params import EmbedParams, TrainParams
 from cellica.embed.train import train_mae
 from tests.conftest import TINY_MAE

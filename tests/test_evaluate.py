@@ -7,8 +7,8 @@ import pytest
 
 from cellica.core.chunks import gene_chunk
 from cellica.core.errors import CellicaError
+from cellica.evaluate._classifiers import bin_levels, quantise
 from cellica.evaluate.batch import batch_metrics, phenotypic_activity
-from cellica.evaluate.classifiers import bin_levels, quantise
 from cellica.evaluate.genes import evaluate_genes
 from cellica.evaluate.metrics import mean_roc
 from cellica.evaluate.params import EvalParams

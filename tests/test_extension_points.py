@@ -80,9 +80,9 @@ def test_a_new_baseline_is_one_registry_entry(tmp_path, monkeypatch):
     Baseline entry: the config accepts it, the plan evaluates it where it applies and says why
     not elsewhere, reads its model's embeddings, draws it in a colour of its own and places it
     after the variants; the claims compare the winner with it on the metrics it names."""
-    from cellica.evaluate.claims import beats_baselines
+    from cellica.evaluate._claims import beats_baselines
     from cellica.plan import RunPlan
-    from cellica.report.svg import set_colour
+    from cellica.report._svg import set_colour
 
     entry = replace(registry.BASELINES["untrained"], name="shuffled_untrained", help="a dummy", default=False,
                     metrics=("auroc_heldout",))
@@ -117,7 +117,7 @@ def test_a_new_per_gene_metric_is_one_registry_entry(monkeypatch):
     """A per-gene metric of a column the evaluation already writes (``auroc_sd``: the spread of a
     gene's AUROC over folds) is one Metric entry: its mean over genes with an interval in the
     summary, its row (label, direction, best in bold) and its chart on the report's index."""
-    from cellica.evaluate.compare import gene_values, variant_means
+    from cellica.evaluate._compare import gene_values, variant_means
 
     monkeypatch.setitem(registry.METRICS, "auroc_fold_sd", registry.Metric(
         "auroc_fold_sd", "AUROC spread over folds", False, "gene", "auroc_sd", chart=True,
@@ -131,7 +131,7 @@ def test_a_new_per_gene_metric_is_one_registry_entry(monkeypatch):
     assert means.loc[("auroc_fold_sd", "pca_ica"), "value"] == pytest.approx(0.04)
     assert means.loc[("auroc_fold_sd", "pca"), "ci_low"] <= 0.2 <= means.loc[("auroc_fold_sd", "pca"), "ci_high"]
 
-    from cellica.report.charts import ci_chart, metric_row
+    from cellica.report._charts import ci_chart, metric_row
 
     row = metric_row("auroc_fold_sd", "AUROC spread over folds", False, means, ["pca", "pca_ica"], {}, None)
     assert row["direction"] == "lower is better"

@@ -111,7 +111,7 @@ def test_tiles_of_several_perturbations_per_well_aggregate_by_well_and_perturbat
 def test_feature_twins_by_hand():
     """Rows equal in every feature to an earlier row: counted, the first named with its twin; -0.0
     is 0.0; a difference in the last bit of one feature makes two rows distinct."""
-    from cellica.embed.tables import feature_twins
+    from cellica.embed._tables import feature_twins
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(40, 3)).astype(np.float32)
@@ -161,7 +161,7 @@ def test_a_row_copied_under_another_well_is_refused_unless_kept(tmp_path, suffix
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_columns_read_in_groups_give_the_whole_tables_matrix(tmp_path, monkeypatch, suffix):
     """The matrix is filled a few columns at a time; duplicates and NaN are still found across groups."""
-    from cellica.embed import tables
+    from cellica.embed import _tables as tables
 
     rng = np.random.default_rng(0)
     t = pd.concat([_table()] * 3, ignore_index=True).assign(Metadata_Well=[f"W{i}" for i in range(12)])

@@ -10,17 +10,17 @@ import pytest
 import torch
 
 from cellica.core.errors import CellicaError
-from cellica.embed.checkpoints import load_encoder
-from cellica.embed.extract import embed_store
-from cellica.embed.feeding import (
+from cellica.embed._checkpoints import load_encoder
+from cellica.embed._feeding import (
     CPU_BATCH,
     HostOutputs,
     batches_on_device,
     device_batch_size,
     pick_batch_size,
 )
-from cellica.embed.loader import TileBlocks, make_loader
-from cellica.embed.mae import TileNormalizer
+from cellica.embed._loader import TileBlocks, make_loader
+from cellica.embed._mae import TileNormalizer
+from cellica.embed.extract import embed_store
 from cellica.embed.params import EmbedParams
 
 
@@ -92,7 +92,7 @@ def test_embed_path_equals_a_plain_loop_over_the_store(tiny_store, tiny_model):
 
 
 def test_rebatch_by_hand():
-    from cellica.embed.loader import rebatch
+    from cellica.embed._loader import rebatch
 
     parts = [(torch.arange(a, b), torch.arange(a, b, dtype=torch.float32) * 10) for a, b in [(0, 3), (3, 8), (8, 10)]]
     got = list(rebatch(iter(parts), 4))
@@ -125,7 +125,7 @@ def test_every_batch_holds_the_store_s_tiles_at_its_indices(tiny_store, threads,
     the indices it carries. Shuffled groups whose blocks happen to span a consecutive range
     (first block lowest, last highest, the middle swapped) were once read as one sorted slab
     and paired with the shuffled indices: this checks every seed of several epochs."""
-    from cellica.embed.loader import pixels_to_float
+    from cellica.embed._loader import pixels_to_float
 
     norm = TileNormalizer("tile")
     everything = tiny_store.read_range(0, tiny_store.n_tiles)

@@ -323,7 +323,7 @@ def test_closed_pipe_ends_quietly(tiny_store):
 
 # ---------------------------------------------------------------------- checkpoints
 def test_checkpoint_integrity(tiny_model, tmp_path, capsys, tiny_store):
-    from cellica.embed.checkpoints import load_encoder
+    from cellica.embed._checkpoints import load_encoder
 
     bad = tmp_path / "m.safetensors"
     data = bytearray(tiny_model.read_bytes())
@@ -691,7 +691,7 @@ def test_memory_and_nesting_errors_are_one_line_not_internal(tmp_path, capsys, m
     weights = tmp_path / "m.safetensors"
     shutil.copyfile(tiny_model, weights)
     (tmp_path / "m.json").write_text("[" * 100_000 + "]" * 100_000)
-    from cellica.embed.checkpoints import read_sidecar
+    from cellica.embed._checkpoints import read_sidecar
 
     with pytest.raises(CellicaError, match=r"checkpoint sidecar .*m.json is not valid JSON \(RecursionError"):
         read_sidecar(weights)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from cellica.core.errors import CellicaError
-from cellica.embed.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
+from cellica.embed._mae import MAEConfig, MaskedAutoencoder, TileNormalizer
 from cellica.embed.params import TrainParams
 from cellica.embed.train import lr_factor, select_tiles, train_mae
 from tests.conftest import TINY_MAE
@@ -97,7 +97,7 @@ def test_training_is_deterministic_and_resumes_identically(tiny_store, tmp_path,
     assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]]
 
     # Interrupt a third run during epoch 2, then resume: same weights as uninterrupted.
-    import cellica.embed.loader as loader
+    import cellica.embed._loader as loader
 
     original = loader.TileBlocks.__iter__
 

@@ -7,9 +7,9 @@ import pytest
 
 from cellica.core.errors import CellicaError
 from cellica.core.relationships import LICENCES
-from cellica.maps.aggregate import guide_profiles, normalize_plates
+from cellica.maps._aggregate import guide_profiles, normalize_plates
+from cellica.maps._consistency import COLUMNS, bh_fdr, mean_pairwise_corr
 from cellica.maps.annotations import load_pair_file, load_sources, match_genes, unordered_pairs
-from cellica.maps.consistency import COLUMNS, bh_fdr, mean_pairwise_corr
 from cellica.maps.gene_maps import gene_map, read_map, recall_files
 from cellica.maps.params import MapParams
 from cellica.maps.recall import random_pairs, recall_tables
@@ -163,7 +163,7 @@ def test_a_map_with_fewer_genes_than_the_floor_is_reported_not_computed_and_the_
     """A pilot of 9 genes under the floor of 10: recall is an optional product, so its table says
     "not computed: <reason>" for every variant (no number, no difference) and the report prints
     that line where the charts would be."""
-    from cellica.report.maps import recall_bars
+    from cellica.report._maps import recall_bars
 
     m = gene_matrix(np.eye(9), [f"G{k}" for k in range(9)])
     recall, differences = recall_tables({"v": m, "w": m}, pd.DataFrame(columns=["source", "gene_a", "gene_b"]),
@@ -213,7 +213,7 @@ def test_a_map_the_data_cannot_make_is_written_not_computed_and_recall_says_why(
     assert rows.loc[rows["metric"] == "recall", "value"].isna().all()
     assert main(["export-efaar", str(tmp_path / "map.h5ad"), "--out", str(tmp_path / "efaar")]) == 0
     assert pd.read_parquet(tmp_path / "efaar" / "recall.parquet")["note"].tolist() == [reason]
-    from cellica.report.maps import map_umaps, not_computed_note
+    from cellica.report._maps import map_umaps, not_computed_note
 
     assert map_umaps({"pca": tmp_path / "map.h5ad"}) == []  # no picture of no genes; the index says why:
     assert not_computed_note({"pca": tmp_path / "map.h5ad"}) == f"Gene maps of pca: {reason}."
@@ -314,7 +314,7 @@ def test_summary_rows_of_the_maps_with_a_wilson_interval():
 # ------------------------------------------------------------------ report figures
 def test_report_figures_umap_per_map_and_plate_heatmaps(tmp_path):
     from cellica.qc.layout import plate_wells, position_offsets
-    from cellica.report.maps import map_umaps, plate_heatmaps
+    from cellica.report._maps import map_umaps, plate_heatmaps
 
     data, _ = screen(n_genes=12)
     genes, _ = gene_map(data, FAST)
@@ -360,7 +360,7 @@ def test_plate_tables_by_hand():
 def test_coords_2d_pcs_below_the_umap_floor_and_umap_above(tmp_path):
     from cellica.core.coords2d import MIN_UMAP_POINTS, coords_2d
     from cellica.qc.layout import well_layouts
-    from cellica.report.maps import well_umaps
+    from cellica.report._maps import well_umaps
 
     x = np.array([[-2.0, 0, 0], [2, 0, 0], [0, 1, 0], [0, -1, 0]]) + 5  # spread 2 along x, 1 along y
     xy, how = coords_2d(x)
@@ -403,7 +403,7 @@ def test_control_intensity_by_hand(tmp_path):
 
 
 def test_the_recall_claim_by_hand():
-    from cellica.evaluate.claims import recall_claim
+    from cellica.evaluate._claims import recall_claim
 
     def diff(lows, highs):
         return pd.DataFrame({"variant": "pca_ica", "baseline": ["pca", "pca_rand"], "source": "all",
@@ -432,7 +432,7 @@ def test_recall_is_the_same_for_any_rotation_of_a_map():
 
 
 def test_guide_map_is_left_out_above_its_guide_cap(monkeypatch):
-    import cellica.maps.consistency as consistency
+    import cellica.maps._consistency as consistency
 
     data, _ = screen(n_genes=12)
     guides = guide_profiles(data, FAST)
@@ -446,8 +446,8 @@ def test_guide_map_is_left_out_above_its_guide_cap(monkeypatch):
 def test_heatmap_titles_fit_and_small_maps_have_visible_dots():
     import re
 
-    from cellica.report.maps import _radius
-    from cellica.report.svg import heatmap, scatter
+    from cellica.report._maps import _radius
+    from cellica.report._svg import heatmap, scatter
 
     title = "EXP2-P1: control intensity (plate mean = 1)"
     svg = heatmap(np.ones((1, 12)), ["A"], [str(c) for c in range(1, 13)], title)
@@ -500,7 +500,7 @@ def test_a_pooled_screen_with_one_guide_per_gene_maps_and_writes(tmp_path):
 def test_heatmaps_have_a_scale_and_counts_read_as_integers_and_map_points_name_themselves():
     import re
 
-    from cellica.report.svg import heatmap, scatter
+    from cellica.report._svg import heatmap, scatter
 
     svg = heatmap(np.array([[8.0, 8.0, 12.0]]), ["A"], ["1", "2", "3"], "P1: tiles per well")
     assert "<title>A1: 8</title>" in svg and "8.000" not in svg  # whole counts as integers
@@ -523,7 +523,7 @@ def test_heatmaps_have_a_scale_and_counts_read_as_integers_and_map_points_name_t
 def test_a_map_without_known_pairs_is_not_tested_and_says_why():
     """No known pair with both members in the map (a compound screen against gene databases):
     the recall comparisons and the claim are 'not tested' with the reason, never 'inconclusive'."""
-    from cellica.evaluate.claims import recall_claim
+    from cellica.evaluate._claims import recall_claim
     from cellica.evaluate.summary import map_rows
 
     recall = pd.DataFrame({"variant": ["pca_ica"], "source": ["all"], "n_pairs": [0], "recall": [np.nan],

@@ -275,7 +275,7 @@ def test_a_reversed_range_is_refused_naming_the_key(section, cls, field):
 
 
 def test_the_dry_run_refuses_a_tile_size_the_mae_would_refuse():
-    from cellica.embed.mae import MAEConfig
+    from cellica.embed._mae import MAEConfig
     from cellica.plan import RunPlan
 
     with pytest.raises(CellicaError, match="not a multiple of the patch size 7"):

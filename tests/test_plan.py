@@ -9,9 +9,9 @@ import shlex
 import pytest
 import yaml
 
+from cellica._launch import snakemake_command
 from cellica.config import config_schema
 from cellica.core.errors import CellicaError
-from cellica.launch import snakemake_command
 from cellica.plan import (
     RunPlan,
     checked_config,

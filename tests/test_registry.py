@@ -41,7 +41,7 @@ def _step_names() -> set[str]:
 ALONE = ((set(VARIANTS) - _step_names()) | set(registry.BASELINES) | set(registry.MODELS) - {"seed", "checkpoint"})
 LOOKUPS = {"VARIANTS", "METRICS", "BASELINES", "MODELS"}
 OTHER_MEANING = {
-    ("store/render.py", "cell_count"): "a simulated factor: the number of cells drawn in a tile",
+    ("store/_render.py", "cell_count"): "a simulated factor: the number of cells drawn in a tile",
     ("embed/cell_count.py", "cell_count"): "the nuclei counter's own provenance format",
     ("embed/profiles.py", "cp_measure"): "the package's name (its version, the provenance format)",
     ("embed/train.py", "untrained"): "a training summary's key: whether any step was taken",

@@ -14,9 +14,9 @@ from cellica.evaluate.batch import batch_metrics, phenotypic_activity
 from cellica.evaluate.genes import evaluate_genes
 from cellica.evaluate.params import EvalParams
 from cellica.evaluate.summary import summary_table
+from cellica.report._pages import ReportBuilder
 from cellica.report.build import build_report
 from cellica.report.content import ReportInputs
-from cellica.report.pages import ReportBuilder
 
 UNSAFE = ["GENE/1", "../etc", "<script>alert(1)</script>"]
 FAST = EvalParams(n_trees=10, min_data_in_leaf=5, map_null_size=100)
@@ -129,7 +129,7 @@ def test_render_index_in_headless_chromium(eval_outputs, tmp_path):
     it drew are the table's genes, and the painted page carries the charts' variant colours."""
     from PIL import Image
 
-    from cellica.report.svg import PALETTE
+    from cellica.report._svg import PALETTE
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
@@ -212,7 +212,7 @@ def test_bars_start_at_zero_with_a_labelled_axis_and_the_chance_line():
     negative concentration extends left of zero; the axis names its range; chance is marked."""
     import re
 
-    from cellica.report.svg import bar_chart
+    from cellica.report._svg import bar_chart
 
     svg = bar_chart(["a", "b", "c"], [0.557, 0.643, -0.1], "AUROC", vmin=-0.1, vmax=1.0, reference=0.5,
                     reference_label="chance")
@@ -263,7 +263,7 @@ def test_a_recall_source_with_nothing_to_recall_is_one_line_not_a_chart(tmp_path
     import pandas as pd
 
     from cellica.core.atomic import write_parquet
-    from cellica.report.maps import recall_bars
+    from cellica.report._maps import recall_bars
 
     t = pd.DataFrame({"variant": ["pca", "pca_ica"] * 2, "source": ["CORUM"] * 2 + ["SIGNOR"] * 2,
                       "recall": [0.3, 0.4, float("nan"), float("nan")], "n_pairs": [10, 10, 0, 0],
@@ -320,7 +320,7 @@ def test_no_chart_text_is_clipped_in_a_browser(tmp_path):
     """A 45-character feature name and a long title: the bar chart cuts the name with an ellipsis
     (whole in its tooltip) and widens for the title; Chromium finds no text outside the chart, and
     none drawn over another. (The chart before this check let both run off its edges.)"""
-    from cellica.report.svg import bar_chart
+    from cellica.report._svg import bar_chart
     from tests.browser_checks import layout
 
     name = "Cells_RadialDistribution_FracAtD_Mito_4of4_x9"
@@ -342,7 +342,7 @@ def test_a_metric_with_a_target_is_best_closest_to_it():
     three = list(VARIANT_NAMES[:3])  # base, pca, pca_ica
     means = pd.DataFrame({"metric": "silhouette", "variant": three, "value": [0.05, -0.30, -0.02],
                           "ci_low": np.nan, "ci_high": np.nan, "detail": ""}).set_index(["metric", "variant"])
-    from cellica.report.charts import metric_row
+    from cellica.report._charts import metric_row
 
     row = metric_row("silhouette", "Batch silhouette", False, means, three, {}, None)
     assert row["direction"] == "closer to 0 is better" == METRICS["silhouette"].direction

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from cellica.cli.app import main
-from cellica.evaluate.truth import MISSED_AUROC, truth_genes
+from cellica.evaluate._truth import MISSED_AUROC, truth_genes
 
 
 def _per_gene(rows):
@@ -101,8 +101,8 @@ def test_example_tiles_are_the_seeded_draws_composited():
     """Each perturbation's montage holds min(8, its tiles) tiles, the controls' 8; the draw is
     the seeded one the pages always made (one generator per perturbation, perturbed first), so a
     chunk's rows equal the whole table's; the PNG decodes to the montage of exactly those tiles."""
+    from cellica.store._thumbnails import montage
     from cellica.store.examples import example_tiles
-    from cellica.store.thumbnails import montage
 
     store = _Store()
     table = example_tiles(store, seed=3)

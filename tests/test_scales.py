@@ -11,7 +11,7 @@ import pytest
 from cellica.core.errors import CellicaError
 from cellica.core.scales import CONSTANT_RTOL, constant, inverse_scale, moments, spread_orders
 from cellica.evaluate.metrics import biological_variation, cross_correlation
-from cellica.maps.aggregate import normalize_plates
+from cellica.maps._aggregate import normalize_plates
 from cellica.registry import VARIANTS
 from cellica.transform.params import TransformParams
 from cellica.transform.steps import check_constant

@@ -5,8 +5,8 @@ import pytest
 from scipy import stats
 
 from cellica.core.errors import CellicaError
+from cellica.store._render import FACTOR_NAMES
 from cellica.store.params import SimulationParams
-from cellica.store.render import FACTOR_NAMES
 from cellica.store.simulate import CONTROL_LABEL, sample_factors, simulate_screen
 from cellica.store.tilestore import TileStore
 from tests.conftest import TINY_SIM
@@ -79,7 +79,7 @@ def test_factors_are_independent_and_non_gaussian():
 
 
 def test_rendering_reflects_factors():
-    from cellica.store.render import Renderer
+    from cellica.store._render import Renderer
 
     p = SimulationParams(tile_size=64)
     r = Renderer(p)

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from cellica.core.errors import CellicaError
-from cellica.store.shards import direct_layout, index_size
+from cellica.store._shards import direct_layout, index_size
 from cellica.store.tilestore import TileStore
 
 
@@ -215,7 +215,7 @@ def test_a_sparse_read_checks_the_shard_index_against_the_manifest(tmp_path):
     was once taken over the index *with* its own crc32c: a constant for every valid index.)"""
     import google_crc32c
 
-    from cellica.store.shards import index_size
+    from cellica.store._shards import index_size
 
     path = tmp_path / "s.zarr"
     store = _write(path, sizes=(64,), shard=32)

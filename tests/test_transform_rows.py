@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cellica.transform import rows
+from cellica.transform import _rows as rows
 from cellica.transform.ica import canonicalise
 from cellica.transform.params import TransformParams
 from cellica.transform.variants import make_transform

@@ -291,7 +291,7 @@ def test_canonical_sign_and_order():
 def test_contrast_and_gradient_of_our_ica_by_hand():
     import torch
 
-    from cellica.transform.ica_solver import _cayley, _Problem, _skew_dot
+    from cellica.transform._ica_solver import _cayley, _Problem, _skew_dot
 
     # log cosh and tanh at hand-checkable points, including one where cosh overflows float32.
     y = torch.tensor([[0.0, 1.0, -1.0, 50.0], [0.5, -0.5, 2.0, -2.0]])

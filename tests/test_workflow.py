@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from cellica._launch import run_snakemake
 from cellica.core.names import safe_filename
-from cellica.launch import run_snakemake
 from cellica.registry import BASELINE_NAMES, COMPARED_METRICS, PAPER_VARIANTS, metrics_of
 from cellica.store.tilestore import TileStore
 from tests.conftest import REPO
@@ -153,8 +153,8 @@ def test_dag_evaluates_the_baselines_beside_the_variants(tiny_run):
     import torch
     from safetensors.torch import load_file
 
+    from cellica.embed._mae import MaskedAutoencoder
     from cellica.embed.cell_count import count_nuclei
-    from cellica.embed.mae import MaskedAutoencoder
     from cellica.embed.params import ProfileParams, TrainParams
 
     res = tiny_run / "results"

@@ -249,7 +249,7 @@ def config_rules(config: dict[str, Any]) -> str | None:
                 reader(path)
             except CellicaError as exc:
                 problems.append(f"config key {section}.{key}: {exc}")
-    from cellica.section_rules import between_sections
+    from cellica._section_rules import between_sections
 
     problems += between_sections(config)
     return "\n".join(dict.fromkeys(problems)) or None

@@ -53,7 +53,7 @@ def deploy_workflow(dest: str | Path, name: str = "cellica", source: str | Path 
     Path
         The deploying Snakefile.
     """
-    from cellica.launch import SNAKEFILE as CHECKOUT
+    from cellica._launch import SNAKEFILE as CHECKOUT
 
     root = Path(source).resolve() if source is not None else CHECKOUT.parent
     module = root / "workflow" / "Snakefile"

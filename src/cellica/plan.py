@@ -15,6 +15,7 @@ import json
 import shlex
 from typing import Any
 
+from cellica._plan_sets import applicable_baselines, model_tag
 from cellica.config import (
     apply_overrides,
     check_config_size,
@@ -25,7 +26,6 @@ from cellica.config import (
 )
 from cellica.core.errors import CellicaError
 from cellica.estimates import cost_warnings
-from cellica.plan_sets import applicable_baselines, model_tag
 from cellica.registry import (
     BASELINES,
     MODELS,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cellica.launch import run_snakemake
+from cellica._launch import run_snakemake
 from cellica.registry import PAPER_VARIANTS
 from tests.conftest import REPO
 

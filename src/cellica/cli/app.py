@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from cellica.cli.commands import ReaderGone
+from cellica.cli._commands import ReaderGone
 from cellica.cli.parser import INPUT_KINDS, WRITTEN_INTO, build_parser, paths_by_role
 from cellica.core.errors import CellicaError
 from cellica.core.kinds import check_input

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from cellica import __version__
-from cellica.cli import commands
+from cellica.cli import _commands as commands
 from cellica.cli.options import add_dataclass_args
 from cellica.core import kinds
 

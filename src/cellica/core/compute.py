@@ -29,6 +29,7 @@ class ComputeKeys(Params):
                            "workflow/envs/cellica.def (docs/deploy.md). Unused otherwise.")
 
     def check(self) -> None:
+        """Refuse a container that is not an image URI or a ``.sif`` path."""
         if not _IMAGE.match(self.container):
             raise CellicaError(f"compute.container: {self.container!r} is not an image URI (docker://, oras://, "
                                "library://, shub://) or a path ending in .sif, without spaces or quotes")

@@ -95,6 +95,7 @@ class Kind:
 
     @classmethod
     def of(cls, hint: Any) -> Kind:
+        """The kind of a field from its type hint (``X | None`` marks it optional)."""
         args = typing.get_args(hint)
         if typing.get_origin(hint) in (types.UnionType, typing.Union) and type(None) in args:
             inner = next(a for a in args if a is not type(None))
@@ -131,10 +132,12 @@ class Params:
     section: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
+        """Validate the fields as soon as the parameters are made."""
         self.validate()
 
     @classmethod
     def kinds(cls) -> dict[str, Kind]:
+        """Each field's kind, by field name."""
         hints = typing.get_type_hints(cls)
         return {f.name: Kind.of(hints[f.name]) for f in dataclasses.fields(cls)}
 

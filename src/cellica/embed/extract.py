@@ -2,7 +2,7 @@
 
 Tiles stream from the store in shard-aligned blocks (read by threads, or worker
 processes, that also normalise, or only read when the device normalises), each batch is
-copied to the device while the previous one computes (:mod:`cellica.embed.feeding`), the
+copied to the device while the previous one computes (:mod:`cellica.embed._feeding`), the
 encoder runs in inference mode (bf16 autocast on CUDA unless ``embed.precision: fp32``; float32 on CPU)
 up to the chosen block (``embed.block``: the last by default), tokens are pooled (mean of
 patch tokens, the class token, or both), and the result is an AnnData: ``.X`` float32
@@ -30,9 +30,9 @@ from cellica.core.adata import make_adata, read_h5ad, write_h5ad
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.remote import is_url, redact
-from cellica.embed.checkpoints import load_encoder
-from cellica.embed.feeding import HostOutputs, batches_on_device, device_batch_size
-from cellica.embed.loader import TileBlocks, auto_read_threads, make_loader, pixels_to_float
+from cellica.embed._checkpoints import load_encoder
+from cellica.embed._feeding import HostOutputs, batches_on_device, device_batch_size
+from cellica.embed._loader import TileBlocks, auto_read_threads, make_loader, pixels_to_float
 from cellica.embed.params import EmbedParams
 from cellica.embed.train import resolve_device
 from cellica.store.tilestore import TileStore
@@ -105,7 +105,7 @@ def embed_store(store_path: str | os.PathLike, checkpoint: str | os.PathLike, ou
     store_path
         Tile store.
     checkpoint
-        cellica ``.safetensors`` or timm-format state dict (see :mod:`cellica.embed.checkpoints`).
+        cellica ``.safetensors`` or timm-format state dict (see :mod:`cellica.embed._checkpoints`).
     out
         Where to write the ``.h5ad`` (optional).
     params

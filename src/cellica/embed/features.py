@@ -22,8 +22,7 @@ from cellica.core.adata import OBS_REQUIRED, make_adata, read_h5ad, write_h5ad
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.core.names import missing_columns_message, natural_key
-from cellica.embed.params import FeatureTableParams
-from cellica.embed.tables import (
+from cellica.embed._tables import (
     Table,
     feature_twins,
     fill_matrix,
@@ -31,6 +30,7 @@ from cellica.embed.tables import (
     row_hashes,
     sha256,
 )
+from cellica.embed.params import FeatureTableParams
 
 log = get_logger("features")
 # Plate-layout names that are metadata even when numeric and not declared.

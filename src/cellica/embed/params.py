@@ -11,7 +11,7 @@ from cellica.core.threads import NUMERIC_THREADS
 NORMALIZATIONS = ("store", "tile", "instance")
 POOLINGS = ("mean", "cls", "both")
 ARCHITECTURES = ("vit", "channel_agnostic")
-LAYOUTS = ("cellica", "openphenom")  # of a channel-agnostic encoder (cellica.embed.channel_agnostic)
+LAYOUTS = ("cellica", "openphenom")  # of a channel-agnostic encoder (cellica.embed._channel_agnostic)
 
 
 @dataclass(kw_only=True)
@@ -62,8 +62,8 @@ class TrainParams(Params):
     resume: bool = param(True, "Continue from the last per-epoch checkpoint of the same set-up.")
 
     def mae_config(self, in_chans: int, img_size: int):
-        """The :class:`cellica.embed.mae.MAEConfig` for a store's channels and tile size."""
-        from cellica.embed.mae import MAEConfig
+        """The :class:`cellica.embed._mae.MAEConfig` for a store's channels and tile size."""
+        from cellica.embed._mae import MAEConfig
 
         return MAEConfig(model_name=self.model_name, in_chans=in_chans, img_size=img_size,
                          patch_size=self.patch_size, depth=self.depth, mask_ratio=self.mask_ratio,

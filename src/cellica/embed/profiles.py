@@ -49,6 +49,7 @@ def nuclei_masks(channel: np.ndarray, smoothing: float, min_area: int) -> np.nda
 
 
 def featurizer_config(channels: list[str], p: ProfileParams, scale_max: int) -> dict:
+    """cp_measure's featurizer configuration for these channels and ``p.features``."""
     from cp_measure.featurizer import make_featurizer_config
 
     flags = {g: g in p.features for g in PROFILE_GROUPS}
@@ -99,7 +100,6 @@ def profile_store(store_path: str | os.PathLike, out: str | os.PathLike | None =
     anndata.AnnData
         Tiles x features; ``.obs`` the store's metadata plus ``profile_objects``.
     """
-
     try:
         import cp_measure  # noqa: F401
     except ImportError:

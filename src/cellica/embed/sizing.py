@@ -37,6 +37,7 @@ class EmbedSizing:
         return 1e6 / self.tiles_per_second / 3600
 
     def text(self) -> str:
+        """The estimate as ``cellica inspect --embed-rate`` prints it (what to set, and where)."""
         return (
             f"{self.tiles:,} tiles at {self.tiles_per_second:,.4g} tiles/s per GPU: {self.gpu_hours:,.2f} GPU-hours "
             f"({self.hours_per_million:,.3f} per million tiles). Set embed.shards: {self.shards} (the largest job "

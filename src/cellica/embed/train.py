@@ -26,9 +26,9 @@ from cellica.core.atomic import atomic_output
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.ownership import check_owned
-from cellica.embed.checkpoints import save_model, sidecar_path
-from cellica.embed.loader import TileBlocks, make_loader
-from cellica.embed.mae import MaskedAutoencoder, TileNormalizer
+from cellica.embed._checkpoints import save_model, sidecar_path
+from cellica.embed._loader import TileBlocks, make_loader
+from cellica.embed._mae import MaskedAutoencoder, TileNormalizer
 from cellica.embed.params import TrainParams
 from cellica.store.tilestore import TileStore
 
@@ -192,7 +192,7 @@ def _save_checkpoint(last: Path, parts, epoch: int, setup_key: str, history: lis
 
 @contextlib.contextmanager
 def _writing(tmp: Path, final: Path):
-    """torch's writer reports a full disk as a RuntimeError ("unexpected pos ..."): name the file."""
+    """The writer of torch reports a full disk as a RuntimeError ("unexpected pos ..."): name the file."""
     try:
         yield
     except RuntimeError as exc:

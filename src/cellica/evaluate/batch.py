@@ -144,7 +144,7 @@ def _bootstrap_balanced_accuracy(y: np.ndarray, pred: np.ndarray, n_boot: int, s
 
 
 def phenotypic_activity(adata, variant: str, p: EvalParams | None = None) -> pd.DataFrame:
-    """mAP of retrieving each perturbation's replicates against controls (copairs), per perturbation.
+    """The mAP of retrieving each perturbation's replicates against controls (copairs), per perturbation.
 
     Computed on well means (replicate wells), cosine distance; ``p_value`` from
     copairs' permutation null, ``significant`` at ``p.map_threshold`` after FDR.
@@ -187,7 +187,7 @@ AP_BATCH_BYTES = 256 * 2**20
 
 
 def _replicate_ap(meta: pd.DataFrame, feats: np.ndarray) -> pd.DataFrame:
-    """copairs' average precision of every perturbation well against the controls, by groups of
+    """The average precision (copairs) of every perturbation well against the controls, by groups of
     perturbations. A well's AP depends only on its own replicates and the controls, and each pair's
     cosine is computed row by row, so the groups give the bits of one call (rows in input order)
     with memory bounded by :data:`AP_PAIRS_PER_CALL` instead of growing with the number of genes."""

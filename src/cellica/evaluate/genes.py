@@ -51,9 +51,9 @@ from cellica.core.chunks import gene_chunk
 from cellica.core.contracts import FIT_COL, held_back_mask
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
-from cellica.evaluate.classifiers import GeneClassifiers
+from cellica.evaluate._classifiers import GeneClassifiers
+from cellica.evaluate._truth import truth_alignment
 from cellica.evaluate.params import EvalParams
-from cellica.evaluate.truth import truth_alignment
 
 log = get_logger("evaluate")
 

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from cellica.core.logs import get_logger
-from cellica.evaluate.claims import claims_table, recall_claim
-from cellica.evaluate.compare import compare_baselines, compare_variants, gene_values, variant_means
+from cellica.evaluate._claims import claims_table, recall_claim
+from cellica.evaluate._compare import compare_baselines, compare_variants, gene_values, variant_means
 from cellica.registry import BASELINES, metrics_of
 
 log = get_logger("compare")
@@ -34,8 +34,8 @@ def summary_table(per_gene: pd.DataFrame, batch: pd.DataFrame, activity: pd.Data
     their per-variant rows and the recall comparisons (:func:`map_rows`). Per-gene tables of
     baselines (their ``variant`` a name of :data:`cellica.registry.BASELINES`) get per-variant
     rows like the variants, comparisons with the claims' winner (a Holm family of their own,
-    :func:`cellica.evaluate.compare.compare_baselines`) and the claims' ``baselines`` column
-    (:func:`cellica.evaluate.claims.beats_baselines`). ``entity`` (what
+    :func:`cellica.evaluate._compare.compare_baselines`) and the claims' ``baselines`` column
+    (:func:`cellica.evaluate._claims.beats_baselines`). ``entity`` (what
     the perturbations are called: gene, compound, ...) words the reasons and notes.
 
     Parameters

@@ -217,7 +217,7 @@ def summarize_files(per_gene: Sequence[PathLike], batch: PathLike, activity: Pat
 
 
 def truth_genes_file(per_gene: Sequence[PathLike], truth: PathLike, out: PathLike) -> pd.DataFrame:
-    """The ground truth of each evaluated gene and the verdict on it (:func:`cellica.evaluate.truth.truth_genes`)
+    """The ground truth of each evaluated gene and the verdict on it (:func:`cellica.evaluate._truth.truth_genes`)
     from the per-gene tables of every variant and baseline and a simulated screen's truth tables
     (the folder ``cellica export-truth`` writes), written to ``out``.
 
@@ -235,7 +235,7 @@ def truth_genes_file(per_gene: Sequence[PathLike], truth: PathLike, out: PathLik
     pandas.DataFrame
         One row per evaluated gene with a true effect.
     """
-    from cellica.evaluate.truth import truth_genes
+    from cellica.evaluate._truth import truth_genes
 
     folder = Path(truth)
     if not (folder / "effects.parquet").is_file():

@@ -40,10 +40,10 @@ def gene_map(adata, p: MapParams | None = None):
         the genes in 2-D (seeded UMAP of the cosine kNN graph, or the first two PCs of a small
         map: ``uns["layout"]`` says which) for maps of at least :data:`MIN_LAYOUT_GENES` genes.
     consistency : pandas.DataFrame
-        :data:`cellica.maps.consistency.COLUMNS`, one row per gene.
+        :data:`cellica.maps._consistency.COLUMNS`, one row per gene.
     """
-    from cellica.maps.aggregate import gene_profiles, guide_profiles
-    from cellica.maps.consistency import guide_consistency
+    from cellica.maps._aggregate import gene_profiles, guide_profiles
+    from cellica.maps._consistency import guide_consistency
 
     p = p or MapParams()
     p.validate()
@@ -113,7 +113,7 @@ def not_computed_map(adata, reason: str):
     (``uns["not_computed"]``), and an empty consistency table with the same reason."""
     import anndata as ad
 
-    from cellica.maps.consistency import COLUMNS
+    from cellica.maps._consistency import COLUMNS
 
     genes = ad.AnnData(np.zeros((0, adata.n_vars), np.float32), var=pd.DataFrame(index=adata.var_names.copy()))
     genes.uns[NOT_COMPUTED] = reason
@@ -202,13 +202,13 @@ def recall_files(maps: Sequence[PathLike], out: PathLike, differences_out: PathL
 
 def efaar_files(maps: Sequence[PathLike], out: PathLike, params: MapParams | None = None) -> pd.DataFrame:
     """Every variant's gene map in EFAAR_benchmarking's layout, and its recall by their
-    definition (:mod:`cellica.maps.efaar`): ``out/<variant>/features.parquet`` and
+    definition (:mod:`cellica.maps._efaar`): ``out/<variant>/features.parquet`` and
     ``metadata.parquet`` (the folder is the variant's safe file name, listed in the table),
     ``out/recall.parquet`` (a ``variant`` and a ``folder`` column, then EFAAR's columns).
     Everything is computed first and the folder is committed whole."""
     from cellica.core.atomic import atomic_output
     from cellica.core.names import safe_filename
-    from cellica.maps.efaar import efaar_recall, map_tables
+    from cellica.maps._efaar import efaar_recall, map_tables
 
     p = params or MapParams()
     p.validate()

@@ -55,5 +55,6 @@ class MapParams(Params):
     n_boot: int = param(1000, "Bootstrap resamples of the recall's 95% interval (over genes).", ge=100)
 
     def check(self) -> None:
+        """Refuse an arm correction given only one of its two tables."""
         if (self.arm_table is None) != (self.unexpressed_genes is None):
             raise CellicaError("maps: the chromosome-arm correction needs both arm_table and unexpressed_genes")

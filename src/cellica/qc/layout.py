@@ -35,6 +35,7 @@ def plate_positions(obs: pd.DataFrame) -> pd.DataFrame | None:
 
 
 def empty_table(columns: dict[str, str], note: str) -> pd.DataFrame:
+    """An empty table with these columns (name -> dtype) that says why in ``attrs['note']``."""
     table = pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
     table.attrs["note"] = note
     return table

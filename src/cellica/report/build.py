@@ -1,5 +1,4 @@
-"""Building the report from the evaluation's files: the index and one page per gene.
-"""
+"""Building the report from the evaluation's files: the index and one page per gene."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ from cellica.core.errors import CellicaError
 from cellica.core.lineage import is_source, lineage_of, merge
 from cellica.core.logs import get_logger
 from cellica.core.ownership import claim_folder
+from cellica.report._pages import ReportBuilder
 from cellica.report.content import ReportInputs
-from cellica.report.pages import ReportBuilder
 from cellica.report.params import ReportParams
 
 log = get_logger("report")

@@ -13,7 +13,7 @@ import numpy as np
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.registry import BASELINES, variant_order
-from cellica.report.svg import number
+from cellica.report._svg import number
 
 log = get_logger("report")
 

@@ -27,5 +27,6 @@ class AlignParams(Params):
 
     @property
     def ica(self) -> IcaParams:
+        """The ICA parameters each run's rotation is fitted with."""
         return IcaParams(backend=self.ica_backend, max_iter=self.ica_max_iter, tol=self.ica_tol,
                          device=self.ica_device)

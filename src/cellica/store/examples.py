@@ -51,7 +51,7 @@ def example_tiles(store, chunk: str | None = None, *, seed: int = 0) -> pd.DataF
         One row per perturbation and label (``perturbed``, ``control``): ``gene``, ``label``,
         ``n_tiles`` shown and ``png``, the montage's PNG bytes.
     """
-    from cellica.store.thumbnails import montage
+    from cellica.store._thumbnails import montage
 
     md = store.metadata
     perturbation = md["perturbation"].astype(str).to_numpy()

@@ -25,8 +25,8 @@ from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
 from cellica.core.names import missing_columns_message
 from cellica.core.remote import is_url, join, parent, read_bytes, redact
+from cellica.store._metadata import REQUIRED_COLUMNS
 from cellica.store.image_files import FIELD_KEYS
-from cellica.store.metadata import REQUIRED_COLUMNS
 from cellica.store.params import IngestParams
 from cellica.store.tilestore import TileStore
 
@@ -49,13 +49,16 @@ class FieldSource(Protocol):
     skipped: list[dict[str, Any]]
 
     @classmethod
-    def check_manifest(cls, df: pd.DataFrame, path: str) -> None: ...
+    def check_manifest(cls, df: pd.DataFrame, path: str) -> None:
+        """Refuse a manifest this format cannot read (one line naming ``path`` and the column)."""
 
     def __init__(self, manifest: pd.DataFrame, p: IngestParams, source: str): ...
 
-    def load(self, images: list[Any]) -> np.ndarray: ...
+    def load(self, images: list[Any]) -> np.ndarray:
+        """One field's images as a (channels, height, width) array."""
 
-    def provenance(self) -> dict[str, Any]: ...
+    def provenance(self) -> dict[str, Any]:
+        """What the store's provenance records of the source."""
 
 
 def field_source(name: str) -> type[FieldSource]:

@@ -63,6 +63,7 @@ class SimulationParams(Params):
     seed: int = param(0, "Random seed; same seed, same bytes.")
 
     def check(self) -> None:
+        """Refuse a screen design that cannot be drawn (one line naming the key)."""
         self.strong_effect, self.weak_effect, self.guide_efficiency = (
             tuple(self.strong_effect), tuple(self.weak_effect), tuple(self.guide_efficiency))
         if self.experiments_per_gene > self.n_experiments:
@@ -75,9 +76,11 @@ class SimulationParams(Params):
             raise CellicaError(f"simulate: {wells} wells per plate exceed a 384-well plate")
 
     def genes_per_experiment(self) -> int:
+        """How many genes each experiment holds (rounded up)."""
         return -(-self.n_genes * self.experiments_per_gene // self.n_experiments)
 
     def to_dict(self) -> dict[str, Any]:
+        """The parameters as a plain dict (what the provenance records)."""
         return asdict(self)
 
 

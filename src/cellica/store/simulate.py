@@ -27,8 +27,8 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger, progress
+from cellica.store._render import FACTOR_NAMES, FACTORS, Renderer, apply_batch
 from cellica.store.params import CHANNELS, SimulationParams
-from cellica.store.render import FACTOR_NAMES, FACTORS, Renderer, apply_batch
 from cellica.store.tilestore import TileStore
 
 log = get_logger("simulate")

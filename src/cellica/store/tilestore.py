@@ -36,13 +36,13 @@ import pandas as pd
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.core.remote import as_path, redact
-from cellica.store.metadata import (
+from cellica.store._metadata import (
     GROUND_TRUTH_DIR,
     METADATA_FILE,
     normalise_metadata,
 )
-from cellica.store.reading import VerifiedReads
-from cellica.store.shards import (
+from cellica.store._reading import VerifiedReads
+from cellica.store._shards import (
     MANIFEST_KEY,
     ShardDecoder,
     attributes_problem,
@@ -51,7 +51,7 @@ from cellica.store.shards import (
 )
 
 if TYPE_CHECKING:
-    from cellica.store.writer import TileStoreWriter
+    from cellica.store._writer import TileStoreWriter
 
 log = get_logger("tilestore")
 
@@ -160,7 +160,7 @@ class TileStore(VerifiedReads):
         compression
             The chunks' Blosc compressor, a key of :data:`cellica.store.params.COMPRESSIONS`.
         """
-        from cellica.store.writer import TileStoreWriter
+        from cellica.store._writer import TileStoreWriter
 
         return TileStoreWriter(
             Path(path), list(channel_names), tuple(tile_size), dtype, dict(provenance or {}),
@@ -175,32 +175,40 @@ class TileStore(VerifiedReads):
     # ------------------------------------------------------------------ shape
     @property
     def n_tiles(self) -> int:
+        """How many tiles the store holds."""
         return int(self._array.shape[0])
 
     @property
     def n_channels(self) -> int:
+        """How many channels each tile has."""
         return int(self._array.shape[1])
 
     @property
     def tile_shape(self) -> tuple[int, int]:
+        """The (height, width) of a tile in pixels."""
         return int(self._array.shape[2]), int(self._array.shape[3])
 
     @property
     def channel_names(self) -> list[str]:
+        """The channels' names, in the store's order."""
         return list(self.attrs["channel_names"])
 
     @property
     def dtype(self) -> np.dtype:
+        """The stored pixel dtype."""
         return np.dtype(self._array.dtype)
 
     @property
     def shard_tiles(self) -> int:
+        """How many tiles one shard (the unit of a read) holds."""
         return int(self.attrs.get("shard_tiles", self._array.shape[0] or 1))
 
     def __len__(self) -> int:
+        """How many tiles the store holds."""
         return self.n_tiles
 
     def __repr__(self) -> str:
+        """The store's path, size, channels, tile shape and dtype."""
         return (
             f"TileStore({str(self.path)!r}, n_tiles={self.n_tiles}, "
             f"channels={self.channel_names}, tile_shape={self.tile_shape}, dtype={self.dtype})"
@@ -226,27 +234,27 @@ class TileStore(VerifiedReads):
         return self.attrs.get("content_sha256") or content_digest(self.path, self.n_tiles, self.shard_tiles)
 
     def verify(self) -> dict[str, Any]:
-        """Read every tile and table back against the manifest: see :func:`cellica.store.describe.verify`."""
-        from cellica.store.describe import verify
+        """Read every tile and table back against the manifest: see :func:`cellica.store._describe.verify`."""
+        from cellica.store._describe import verify
 
         return verify(self)
 
     def validate(self) -> None:
         """Check the store against the contract; raise :class:`CellicaError` listing problems."""
-        from cellica.store.writer import validate_parts
+        from cellica.store._writer import validate_parts
 
         problems = validate_parts(self._array.shape, str(self.dtype), self.metadata, self.attrs)
         if problems:
             raise CellicaError(f"{self.label}: invalid tile store: " + "; ".join(problems))
 
     def describe(self, verify: bool = False, max_stat_tiles: int = 2048, max_rows: int = 30) -> str:
-        """A readable account of the store (``cellica inspect``): see :func:`cellica.store.describe.describe`."""
-        from cellica.store.describe import describe
+        """A readable account of the store (``cellica inspect``): see :func:`cellica.store._describe.describe`."""
+        from cellica.store._describe import describe
 
         return describe(self, verify, max_stat_tiles, max_rows)
 
     def summary(self, max_stat_tiles: int = 2048, seed: int = 0) -> dict[str, Any]:
-        """Counts and channel statistics: see :func:`cellica.store.describe.summary`."""
-        from cellica.store.describe import summary
+        """Counts and channel statistics: see :func:`cellica.store._describe.summary`."""
+        from cellica.store._describe import summary
 
         return summary(self, max_stat_tiles, seed)

@@ -25,8 +25,8 @@ from cellica.core.logs import get_logger, progress
 from cellica.core.scales import moments, spread_orders
 from cellica.core.threads import fixed_threads
 from cellica.registry import REFERENCE_VARIANT
+from cellica.transform._rows import row_blocks
 from cellica.transform.params import TransformParams
-from cellica.transform.rows import row_blocks
 from cellica.transform.steps import Rows, controls_mask
 
 log = get_logger("transforms")
@@ -102,6 +102,7 @@ class Transform(BaseEstimator):
 
     @property
     def named_steps(self) -> dict[str, Any]:
+        """The steps by their registry names."""
         return {step.name: step for step in self.steps}
 
     @property
@@ -217,6 +218,7 @@ class Transform(BaseEstimator):
         return out
 
     def fit_transform(self, adata, y=None):
+        """Fit on ``adata`` and transform it (scikit-learn's ``fit_transform``)."""
         return self.fit(adata).transform(adata)
 
     # -- persistence

@@ -32,7 +32,7 @@ import numpy as np
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.transform.rows import column_means, row_blocks
+from cellica.transform._rows import column_means, row_blocks
 
 if TYPE_CHECKING:
     from cellica.transform.params import IcaParams
@@ -78,7 +78,7 @@ def _fit_cellica(x: np.ndarray, p: IcaParams, seed: int, warm_start_samples: int
     import torch
 
     from cellica.core.threads import NUMERIC_THREADS
-    from cellica.transform.ica_solver import cellica_ica
+    from cellica.transform._ica_solver import cellica_ica
 
     n, d = x.shape
     # Small problems are dominated by per-call overhead, where one thread is fastest; large

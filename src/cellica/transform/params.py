@@ -101,6 +101,7 @@ class TransformParams(Params):
                          device=self.ica_device, max_samples=self.ica_max_samples)
 
     def check(self) -> None:
+        """Refuse a component count that is neither a whole count nor a variance fraction."""
         nc = self.n_components
         if nc is not None and nc > 1 and nc != int(nc):
             raise CellicaError(f"transform.n_components must be a whole count (>= 1) or a variance fraction "

@@ -22,7 +22,7 @@ from cellica.core.contracts import FIT_COL
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.core.textables import read_text_table
-from cellica.transform.rows import row_blocks
+from cellica.transform._rows import row_blocks
 from cellica.transform.steps import Rows, Step, controls_mask
 
 log = get_logger("transforms")
@@ -70,7 +70,7 @@ def position_offsets(x: np.ndarray, obs: pd.DataFrame, positions: np.ndarray, fi
 
 
 def same_position_map(adata, positions: np.ndarray, seed: int = 0) -> float:
-    """mAP of same-position control wells on other plates (cosine, after centring each plate's
+    """The mAP of same-position control wells on other plates (cosine, after centring each plate's
     control wells; NaN without such pairs)."""
     from copairs.map import average_precision
 
@@ -106,9 +106,11 @@ class PositionCorrection(Step):
 
     @classmethod
     def from_params(cls, p, arg=None):
+        """The step when ``position_correction`` is on (None: off)."""
         return cls(p.position_table) if p.position_correction else None
 
     def context(self, rows):
+        """Each well position's offset, estimated on this data's fitting controls."""
         table = read_positions(self.table) if isinstance(self.table, str | os.PathLike) else self.table
         positions = well_positions(rows.obs, table, rows.source)
         fit = controls_mask(rows.obs)
@@ -134,10 +136,12 @@ class PositionCorrection(Step):
         return ctx
 
     def apply(self, x, obs, ctx):
+        """Subtract each row's position offset."""
         at = ctx["names"].get_indexer(well_positions(obs, ctx["table"]))
         return np.asarray(x - ctx["shift"][at], np.float32).astype(np.float64)
 
     def report(self, ctx):
+        """The positions corrected and the same-position control mAP before and after."""
         return ctx["report"]
 
 

@@ -11,7 +11,7 @@ features, centres batches, whitens and rotates. Each step is a scikit-learn esti
 * ``apply(x, obs, ctx)`` maps a block of float64 rows.
 
 :class:`Rows` passes the stored (float32) matrix through the steps before a given one block
-by block (:mod:`cellica.transform.rows`), so no step ever holds a float64 copy of the whole
+by block (:mod:`cellica.transform._rows`), so no step ever holds a float64 copy of the whole
 matrix, and a step computes on the very values the transform writes.
 """
 
@@ -27,7 +27,7 @@ from cellica.core.contracts import FIT_COL
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.core.scales import constant, inverse_scale, moments
-from cellica.transform.rows import batch_keys, batch_stats, constant_in_batches, correct, row_blocks
+from cellica.transform._rows import batch_keys, batch_stats, constant_in_batches, correct, row_blocks
 
 log = get_logger("transforms")
 
@@ -78,6 +78,7 @@ class Rows:
 
     @property
     def n_features(self) -> int:
+        """How many features the rows have at this point."""
         return len(self.names)
 
     def then(self, step: Step, ctx) -> Rows:
@@ -138,13 +139,16 @@ class Step(BaseEstimator):
 
     @property
     def arrays(self) -> dict[str, np.ndarray]:
+        """The fitted arrays the step saves (name -> array)."""
         return self.__dict__.setdefault("arrays_", {})
 
     @property
     def info(self) -> dict[str, Any]:
+        """What the fit found, for the provenance (counts, flags)."""
         return self.__dict__.setdefault("info_", {})
 
     def fit(self, rows: Rows) -> Step:
+        """Learn the step's arrays from ``rows`` (nothing to learn: itself)."""
         return self
 
     def context(self, rows: Rows) -> Any:
@@ -152,6 +156,7 @@ class Step(BaseEstimator):
         return None
 
     def apply(self, x: np.ndarray, obs: pd.DataFrame, ctx) -> np.ndarray:
+        """The step applied to a block of rows ``x`` with their ``obs`` (identity here)."""
         return x
 
     def out_names(self, names: list[str]) -> list[str]:
@@ -187,9 +192,11 @@ class Standardize(Step):
 
     @classmethod
     def from_params(cls, p, arg=None):
+        """The step when ``standardize`` is ``controls`` (None: off)."""
         return cls() if p.standardize == "controls" else None
 
     def fit(self, rows):
+        """Each feature's mean and inverse scale on all fitting controls."""
         ctrl = controls_mask(rows.obs)
         if ctrl.sum() < 2:
             raise CellicaError(
@@ -210,6 +217,7 @@ class Standardize(Step):
         return self
 
     def apply(self, x, obs, ctx):
+        """The z-score of each feature."""
         return (x - self.arrays["standardize_mean"]) * self.arrays["standardize_scale"]
 
 
@@ -234,11 +242,13 @@ class DropFeatures(Step):
 
     @classmethod
     def from_params(cls, p, arg=None):
+        """The step for the fit rows ``arg`` (default ``fit``) as ``p`` configures it."""
         rows = arg or "fit"
         scaled = rows == "fit" and p.batch_correction == "center_scale" and p.batch_stage == "before"
         return cls(rows, p.fit_on, p.drop_constant, p.outlier_cutoff, p.batch_key if scaled else None)
 
     def fit(self, rows):
+        """Which features to keep, judged on the step's rows."""
         if self.rows == "fit":
             mask = fit_rows(rows.obs, self.fit_on, rows.source)
         elif self.rows == "controls":
@@ -258,6 +268,7 @@ class DropFeatures(Step):
         return self
 
     def apply(self, x, obs, ctx):
+        """The kept features of ``x``."""
         keep = self.arrays["keep"]
         # x[:, keep] is a Fortran-ordered copy, and the layout decides the last bits of the sums
         # after it: the whitening's fit rows skip the copy when nothing is dropped, the
@@ -265,6 +276,7 @@ class DropFeatures(Step):
         return x if self.rows == "fit" and keep.all() else x[:, keep]
 
     def out_names(self, names):
+        """The kept features' names."""
         return [n for n, k in zip(names, self.arrays["keep"], strict=True) if k]
 
 
@@ -280,15 +292,18 @@ class CentreBatches(Step):
 
     @classmethod
     def from_params(cls, p, arg=None):
+        """The step when batch correction runs at stage ``arg`` (default ``before``; None: off)."""
         on = p.batch_correction is not None and p.batch_stage == (arg or "before")
         return cls(p.batch_key, p.batch_correction == "center_scale") if on else None
 
     def context(self, rows):
+        """Each batch's control centre (and spread, with ``scale``) on this data."""
         keys = batch_keys(rows.obs, self.batch_key, rows.source)
         ctrl = controls_mask(rows.obs)
         return batch_stats(rows.rows(ctrl), keys[ctrl], pd.unique(keys), self.scale, rows.source, rows.names)
 
     def apply(self, x, obs, ctx):
+        """``x`` centred (and scaled) by its rows' batch statistics."""
         return correct(x, obs[self.batch_key].to_numpy(), ctx, self.scale)
 
 

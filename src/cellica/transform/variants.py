@@ -24,7 +24,7 @@ from __future__ import annotations
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.registry import COMMON_STEPS, VARIANTS
-from cellica.transform import comparators, pca, positions  # noqa: F401  (their steps are the registry's)
+from cellica.transform import _comparators, _pca, positions  # noqa: F401  (their steps are the registry's)
 from cellica.transform.base import Transform
 from cellica.transform.params import TransformParams
 from cellica.transform.steps import Step, step_class

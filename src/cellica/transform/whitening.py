@@ -10,7 +10,7 @@ import numpy as np
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.transform.rows import covariance
+from cellica.transform._rows import covariance
 
 log = get_logger("transforms")
 
@@ -26,11 +26,12 @@ class Whitening:
     info: dict[str, Any] = field(default_factory=dict)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
+        """``x`` projected on the whitening's components and scaled to unit variance."""
         return (x - self.mean) @ self.components.T * self.scale
 
     @property
     def mixing(self) -> np.ndarray:
-        """d x k: ``x ~= z @ mixing.T + mean`` on the kept components."""
+        """The d x k mixing: ``x ~= z @ mixing.T + mean`` on the kept components."""
         return (self.components / self.scale[:, None]).T
 
 

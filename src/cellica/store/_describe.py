@@ -10,7 +10,7 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import progress
-from cellica.store.shards import MANIFEST_KEY, content_digest
+from cellica.store._shards import MANIFEST_KEY, content_digest
 
 if TYPE_CHECKING:
     from cellica.store.tilestore import TileStore

@@ -14,7 +14,7 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.evaluate.controls import check_batches, fit_key, gene_numbers, subsample_training
+from cellica.evaluate._controls import check_batches, fit_key, gene_numbers, subsample_training
 from cellica.evaluate.metrics import biological_variation, concentration, hoyer_sparsity, mean_roc
 from cellica.evaluate.params import EvalParams
 

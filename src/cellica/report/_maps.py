@@ -13,7 +13,7 @@ import pandas as pd
 
 from cellica.core.atomic import read_parquet
 from cellica.core.logs import get_logger
-from cellica.report.svg import bar_chart, heatmap, scatter, set_colour
+from cellica.report._svg import bar_chart, heatmap, scatter, set_colour
 
 log = get_logger("report")
 MAX_PLATES = 8  # plates drawn (the first, in order); the rest are counted

@@ -19,7 +19,7 @@ def claims_table(comparisons: pd.DataFrame, batch: pd.DataFrame | None = None,
                  baseline_comparisons: pd.DataFrame | None = None, baselines=()) -> pd.DataFrame:
     """The paper's claims, each ``holds`` / ``fails`` / ``inconclusive`` / ``not tested``, with the numbers.
 
-    With ``baselines`` (their comparisons from :func:`cellica.evaluate.compare.compare_baselines`),
+    With ``baselines`` (their comparisons from :func:`cellica.evaluate._compare.compare_baselines`),
     the ``baselines`` column says whether each claim's winner also beats every baseline on the
     claim's metrics (:func:`beats_baselines`); the batch claim has none to compare (``n/a``).
     """

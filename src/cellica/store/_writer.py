@@ -25,7 +25,7 @@ from cellica.core.atomic import (
 )
 from cellica.core.errors import CellicaError, writing_failed
 from cellica.core.logs import get_logger
-from cellica.store.metadata import (
+from cellica.store._metadata import (
     ALLOWED_DTYPES,
     GROUND_TRUTH_DIR,
     METADATA_FILE,
@@ -34,8 +34,8 @@ from cellica.store.metadata import (
     duplicated_ids,
     normalise_metadata,
 )
+from cellica.store._shards import MANIFEST_KEY, content_digest, store_manifest
 from cellica.store.params import COMPRESSIONS
-from cellica.store.shards import MANIFEST_KEY, content_digest, store_manifest
 from cellica.store.tilestore import TileStore
 
 log = get_logger("tilestore")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from cellica.core.remote import as_path
-from cellica.store.metadata import GROUND_TRUTH_DIR, METADATA_FILE
+from cellica.store._metadata import GROUND_TRUTH_DIR, METADATA_FILE
 
 MANIFEST_KEY = "manifest"
 

@@ -1,6 +1,6 @@
 """The report's charts of numbers the evaluation wrote: a metric's row of the per-variant table,
 its chart of means with intervals, and a gene's AUROC, ROC and importance charts. Each feature
-set keeps its colour (:func:`cellica.report.svg.set_colour`); every estimate is drawn with its
+set keeps its colour (:func:`cellica.report._svg.set_colour`); every estimate is drawn with its
 interval and its chance or null."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from cellica.registry import METRICS, sentence
+from cellica.report._svg import bar_chart, line_chart, set_colour
 from cellica.report.content import FEATURE_COLOR, _fmt, _with_ci
-from cellica.report.svg import bar_chart, line_chart, set_colour
 
 
 def metric_row(metric, label, higher, means, variants, n_features, ref) -> dict[str, Any]:

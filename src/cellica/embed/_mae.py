@@ -8,7 +8,7 @@ decoder of timm ``Block``s predicts the pixels of the masked patches, each patch
 normalised to zero mean and unit variance (``norm_pix_loss``).
 
 ``architecture="channel_agnostic"`` swaps in the encoder of
-:mod:`cellica.embed.channel_agnostic`: every channel's patches are tokens of their own, so
+:mod:`cellica.embed._channel_agnostic`: every channel's patches are tokens of their own, so
 masking hides and the decoder predicts one channel's patch at a time.
 
 Tiles are normalised per channel before the model sees them (:class:`TileNormalizer`).
@@ -141,13 +141,13 @@ def create_encoder(cfg: MAEConfig) -> nn.Module:
 
     ``cfg.depth`` (when set) overrides the number of transformer blocks of the
     named model, e.g. a 6-block ViT-Ti for quick CPU training. A channel-agnostic encoder comes
-    from :func:`cellica.embed.channel_agnostic.create_channel_agnostic`.
+    from :func:`cellica.embed._channel_agnostic.create_channel_agnostic`.
     """
     import timm
 
     cfg.validate()
     if cfg.channel_agnostic:
-        from cellica.embed.channel_agnostic import create_channel_agnostic
+        from cellica.embed._channel_agnostic import create_channel_agnostic
 
         return create_channel_agnostic(cfg.model_name, cfg.img_size, cfg.patch_size, cfg.depth, cfg.max_channels,
                                        cfg.layout)
@@ -206,7 +206,7 @@ class MaskedAutoencoder(nn.Module):
         (B, C*L, P*P), channel by channel."""
         p = self.cfg.patch_size
         if self.cfg.channel_agnostic:
-            from cellica.embed.channel_agnostic import patchify_channels
+            from cellica.embed._channel_agnostic import patchify_channels
 
             return patchify_channels(imgs, p)
         b, c, h, w = imgs.shape
@@ -217,7 +217,7 @@ class MaskedAutoencoder(nn.Module):
         """Patch embedding plus positions; prefix (class) tokens first."""
         enc = self.encoder
         if self.cfg.channel_agnostic:
-            from cellica.embed.channel_agnostic import channel_tokens
+            from cellica.embed._channel_agnostic import channel_tokens
 
             return channel_tokens(enc, imgs, self.cfg.max_channels)
         x = enc.patch_embed(imgs)

@@ -24,7 +24,16 @@ from cellica.core.jobtimes import stage_times
 from cellica.core.logs import get_logger, progress
 from cellica.core.names import safe_filename
 from cellica.registry import CLAIMED_ORDER, METRICS, VARIANTS, sentence
-from cellica.report.charts import ci_chart, gene_charts, importance_bars, metric_row
+from cellica.report._charts import ci_chart, gene_charts, importance_bars, metric_row
+from cellica.report._paging import (
+    INDEX_COLUMNS,
+    gene_rows,
+    no_split_notes,
+    page_links,
+    write_gene_index,
+)
+from cellica.report._sections import guide_table, sample_counts, truth_section
+from cellica.report._svg import scatter
 from cellica.report.content import (
     CLAIM_COLUMNS,
     ReportInputs,
@@ -36,15 +45,6 @@ from cellica.report.content import (
     split_words,
     transform_diagnostics,
 )
-from cellica.report.paging import (
-    INDEX_COLUMNS,
-    gene_rows,
-    no_split_notes,
-    page_links,
-    write_gene_index,
-)
-from cellica.report.sections import guide_table, sample_counts, truth_section
-from cellica.report.svg import scatter
 
 log = get_logger("report")
 
@@ -145,7 +145,7 @@ class ReportBuilder:
         """Pictures of the variants' gene maps (their stored layouts), of their wells and of the
         plate layout (the qc tables): drawn here, computed by the stages that wrote them."""
         from cellica.qc.read import read_qc
-        from cellica.report.maps import (
+        from cellica.report._maps import (
             borrowed_controls_note,
             control_intensity,
             map_umaps,

@@ -8,7 +8,7 @@ Two formats are read:
   ``vit_base_patch16_224.mae`` weights downloaded by hand, or Meta's original MAE
   checkpoints (``{"model": ...}`` with decoder weights, which are ignored);
 * channel-agnostic encoders laid out like Recursion's OpenPhenom (keys under
-  ``encoder.vit_backbone.``; :mod:`cellica.embed.channel_agnostic`), whose ``model.safetensors``
+  ``encoder.vit_backbone.``; :mod:`cellica.embed._channel_agnostic`), whose ``model.safetensors``
   may in fact be a ``torch.save`` archive: it is then read with ``weights_only=True`` too.
 
 ``.pth``/``.bin`` files are read with ``torch.load(..., weights_only=True)``, which
@@ -32,12 +32,12 @@ import torch
 from cellica.core.atomic import atomic_outputs
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.embed.channel_agnostic import (
+from cellica.embed._channel_agnostic import (
     is_openphenom,
     openphenom_architecture,
     openphenom_encoder_state,
 )
-from cellica.embed.mae import MAEConfig, MaskedAutoencoder, TileNormalizer
+from cellica.embed._mae import MAEConfig, MaskedAutoencoder, TileNormalizer
 
 log = get_logger("checkpoints")
 FORMAT = "cellica-mae-v1"

@@ -110,7 +110,7 @@ def guide_consistency(guides, p: MapParams | None = None) -> pd.DataFrame:
     Parameters
     ----------
     guides
-        Guide-level map (:func:`cellica.maps.aggregate.guide_profiles`).
+        Guide-level map (:func:`cellica.maps._aggregate.guide_profiles`).
     p
         Permutations, FDR threshold and seed.
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from cellica.embed.mae import TileNormalizer
+from cellica.embed._mae import TileNormalizer
 from cellica.store.tilestore import TileStore
 
 

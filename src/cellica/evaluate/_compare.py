@@ -28,7 +28,7 @@ import pandas as pd
 
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
-from cellica.evaluate.power import power_note
+from cellica.evaluate._power import power_note
 from cellica.registry import BASELINES, CLAIM_WINNER, COMPARED_METRICS, METRICS, PAIRS
 
 log = get_logger("compare")
@@ -178,7 +178,7 @@ def _with_verdicts(out: pd.DataFrame, entity: str) -> pd.DataFrame:
     """Holm over the table's comparisons, each one's verdict, and what would decide an inconclusive one."""
     out["p_holm"] = holm(out["p_value"])
     out["verdict"] = [direction(r) for r in out.itertuples()]
-    # An inconclusive comparison says what would decide it (cellica.evaluate.power).
+    # An inconclusive comparison says what would decide it (cellica.evaluate._power).
     level = ALPHA / max(1, int(np.isfinite(out["p_value"]).sum()))
     out["power"] = [power_note(r.value, r.diff_sd, r.n, r.seed_sd, r.n_seeds, level, entity)
                     if r.verdict == "inconclusive" and "diff_sd" in out else "" for r in out.itertuples()]

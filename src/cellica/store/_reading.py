@@ -17,7 +17,7 @@ import pandas as pd
 from cellica.core.atomic import read_parquet
 from cellica.core.errors import CellicaError
 from cellica.core.remote import redact
-from cellica.store.shards import (
+from cellica.store._shards import (
     generation_at,
     index_problem,
     index_size,
@@ -54,7 +54,7 @@ class VerifiedReads:
 
     def _shard_bytes(self, shard: int) -> bytes:
         """Shard ``shard``'s file, read whole and checked against the manifest
-        (:func:`cellica.store.shards.shard_problem`)."""
+        (:func:`cellica.store._shards.shard_problem`)."""
         try:
             data = self.shard_file(shard).read_bytes()
         except FileNotFoundError:
