@@ -152,7 +152,7 @@ def module_visibility(exported: set[str], referrers: dict[str, set[str]]) -> lis
         leaf = module.rsplit(".", 1)[1]
         outside = sorted(r for r in named_by if r != module and not inside(module, r))
         if leaf.startswith("_") and outside:
-            problems.append(f"{module} is named private but {outside[0]} imports it")
+            problems.append(f"{module} is named private but {outside[0]} refers to it")
         if not leaf.startswith("_") and module not in exported and not outside:
             problems.append(f"{module} is used only inside {package(module)}: name it _{leaf}")
     return problems
@@ -186,11 +186,11 @@ def test_the_visibility_check_can_fail():
                  "cellica.maps.gene_maps": {"cellica.cli._commands"}, "cellica.plan_x": {"cellica.plan"},
                  "cellica.maps._fine": {"cellica.maps.gene_maps"}}
     assert module_visibility(set(), referrers) == [
-        "cellica.maps._inner is named private but cellica.report.pages imports it",
+        "cellica.maps._inner is named private but cellica.report.pages refers to it",
         "cellica.maps.helper is used only inside cellica.maps: name it _helper",
         "cellica.plan_x is used only inside cellica: name it _plan_x"]
     assert module_visibility({"cellica.maps.helper", "cellica.plan_x"}, referrers) == [
-        "cellica.maps._inner is named private but cellica.report.pages imports it"]
+        "cellica.maps._inner is named private but cellica.report.pages refers to it"]
 
 
 REFERENCE = re.compile(r"`(cellica(?:\.[A-Za-z_]\w*)+)`")
