@@ -18,6 +18,7 @@ import pytest
 
 from cellica.cli.app import main
 from cellica.cli.parser import COMMANDS, INPUT_OPTIONS
+from cellica.core.errors import CellicaError
 from tests.cli_rows import command_line, subparsers
 
 
@@ -128,3 +129,19 @@ def test_the_examples_of_the_issue_name_the_kind_expected(tmp_path, capsys, tiny
         and "is features (an .h5ad with a row per tile, well or sample, marked is_control or not), where a "
         "tile store is needed" in capsys.readouterr().err
     )
+
+
+def test_uns_text_reads_a_string_a_group_of_them_or_nothing_without_loading_the_file(tmp_path):
+    import anndata as ad
+
+    from cellica.core.adata import uns_text
+
+    path = tmp_path / "m.h5ad"
+    ad.AnnData(np.zeros((2, 1), np.float32), uns={"not_computed": "batch B2 has no control wells",
+                                                  "provenance": {"map": {"controls_of_batch": {"P3": "B1"}}}}
+               ).write_h5ad(path)
+    assert uns_text(path, "not_computed") == "batch B2 has no control wells"
+    assert uns_text(path, "provenance/map/controls_of_batch") == {"P3": "B1"}
+    assert uns_text(path, "transform/variant") is None
+    with pytest.raises(CellicaError, match="does not exist"):
+        uns_text(tmp_path / "absent.h5ad", "not_computed")

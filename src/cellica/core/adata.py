@@ -257,12 +257,24 @@ def aggregate_wells(adata, keys: tuple[str, ...] = WELL_KEYS):
 def stored_variant(path: str | os.PathLike, default: str) -> str:
     """The variant a features file was made by (``.uns['transform']['variant']``), read without
     loading the matrix; ``default`` when it records none (imported features)."""
+    value = uns_text(path, "transform/variant")
+    return default if value is None else value
+
+
+def uns_text(path: str | os.PathLike, key: str) -> str | dict[str, str] | None:
+    """The text an .h5ad stores at ``.uns[key]`` (``"a/b"`` for a nested key), read with h5py
+    without loading the file: a string, a dict of strings for a group of them, or None when absent."""
+
+    def text(value) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
     with h5_file(path) as fh:
-        node = fh.get("uns/transform/variant")
+        node = fh.get(f"uns/{key}")
         if node is None:
-            return default
-        value = node[()]
-    return value.decode() if isinstance(value, bytes) else str(value)
+            return None
+        if hasattr(node, "keys"):
+            return {k: text(v[()]) for k, v in node.items()}
+        return text(node[()])
 
 
 @contextlib.contextmanager

@@ -45,15 +45,13 @@ def map_umaps(maps: dict[str, Path], complexes: dict[str, str] | None = None,
 def not_computed_note(maps: dict[str, Path]) -> str:
     """The reason the gene-map stage wrote for maps the data could not make (``uns["not_computed"]``),
     one sentence naming the variants, or empty."""
-    import h5py
+    from cellica.core.adata import uns_text
 
     reasons: dict[str, list[str]] = {}
     for variant, path in maps.items():
-        with h5py.File(path, "r") as f:  # the reason alone, not the map
-            node = f.get("uns/not_computed")
-            reason = None if node is None else node[()]
+        reason = uns_text(path, "not_computed")  # the reason alone, not the map
         if reason is not None:
-            reasons.setdefault(reason.decode() if isinstance(reason, bytes) else str(reason), []).append(variant)
+            reasons.setdefault(str(reason), []).append(variant)
     return " ".join(f"Gene maps of {', '.join(vs)}: {r}." for r, vs in reasons.items())
 
 
@@ -153,15 +151,11 @@ def recall_bars(path: Path, variants: list[str]) -> tuple[list[str], str]:
 def borrowed_controls_note(maps: dict[str, Path]) -> str:
     """One line when the maps normalised plates on their batch's control wells (plates without
     controls of their own, as the gene-map stage recorded in each map's provenance); else ''."""
-    import h5py
+    from cellica.core.adata import uns_text
 
     borrowed: dict[str, str] = {}
     for path in maps.values():
-        with h5py.File(path, "r") as f:
-            group = f.get("uns/provenance/map/controls_of_batch")
-            if group is not None:
-                borrowed.update({k: v[()].decode() if isinstance(v[()], bytes) else str(v[()])
-                                 for k, v in group.items()})
+        borrowed.update(uns_text(path, "provenance/map/controls_of_batch") or {})
     if not borrowed:
         return ""
     shown = ", ".join(f"{p} ({b})" for p, b in sorted(borrowed.items())[:8])
