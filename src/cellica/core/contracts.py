@@ -2,10 +2,13 @@
 
 ``FIT_COL`` marks, in a features file's ``.obs``, the controls that fitted the
 transforms; the evaluation holds them out. ``as_bool`` reads the ``is_control``
-column of a table or manifest.
+column of a table or manifest. ``empty_table`` is the typed, empty table a stage writes when
+it has nothing to put in one, with the reason.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pandas as pd
 
@@ -65,3 +68,23 @@ def check_labels(obs: pd.DataFrame, source: str) -> None:
         raise CellicaError(f"{source}: perturbation {label!r} marks {n_ctrl} control row(s) and {n_other} row(s) not "
                            "marked is_control; a label means one thing: fix is_control or the label of those rows"
                            + (f" ({len(both)} such labels)" if len(both) > 1 else ""))
+
+
+def empty_table(columns: dict[str, Any], note: str) -> pd.DataFrame:
+    """An empty table with these columns (name -> dtype) that says why in ``attrs['note']``.
+
+    Parameters
+    ----------
+    columns
+        Each column's name and dtype, in order.
+    note
+        Why the table is empty, as the readers show it.
+
+    Returns
+    -------
+    pandas.DataFrame
+        No rows, the columns typed, ``attrs["note"]`` set.
+    """
+    table = pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+    table.attrs["note"] = note
+    return table

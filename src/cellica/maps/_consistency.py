@@ -16,8 +16,9 @@ log = get_logger("maps")
 # copairs enumerates every pair of guides of different genes (8 bytes of indices and 4 of
 # similarity each): above this many guides (~18 million pairs, ~0.5 GB) the guide mAP is skipped.
 MAX_MAP_GUIDES = 6000
-COLUMNS = ["perturbation", "n_guides", "guide_corr", "corr_p_value", "corr_fdr", "guide_map", "map_p_value",
-           "map_fdr", "consistent"]
+COLUMN_TYPES = {"perturbation": str, "n_guides": int, "guide_corr": float, "corr_p_value": float, "corr_fdr": float,
+                "guide_map": float, "map_p_value": float, "map_fdr": float, "consistent": bool}
+COLUMNS = list(COLUMN_TYPES)
 
 
 def mean_pairwise_corr(x: np.ndarray) -> float:

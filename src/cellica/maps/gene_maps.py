@@ -12,6 +12,7 @@ import pandas as pd
 
 from cellica.core.adata import read_h5ad, stored_variant, write_h5ad
 from cellica.core.atomic import write_parquet, write_parquets
+from cellica.core.contracts import empty_table
 from cellica.core.errors import CellicaError, NotComputable
 from cellica.core.lineage import KEY, lineage_for, merge, tag
 from cellica.core.logs import get_logger
@@ -113,14 +114,11 @@ def not_computed_map(adata, reason: str):
     (``uns["not_computed"]``), and an empty consistency table with the same reason."""
     import anndata as ad
 
-    from cellica.maps._consistency import COLUMNS
+    from cellica.maps._consistency import COLUMN_TYPES
 
     genes = ad.AnnData(np.zeros((0, adata.n_vars), np.float32), var=pd.DataFrame(index=adata.var_names.copy()))
     genes.uns[NOT_COMPUTED] = reason
-    table = pd.DataFrame({c: pd.Series(dtype=str if c == "perturbation" else bool if c == "consistent" else
-                                       int if c == "n_guides" else float) for c in COLUMNS})
-    table.attrs["note"] = reason
-    return genes, table
+    return genes, empty_table(COLUMN_TYPES, reason)
 
 
 def read_map(path: PathLike):

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cellica.core.contracts import empty_table
 from cellica.core.coords2d import coords_2d
 
 WELL = re.compile(r"^([A-Pa-p])(0?[1-9]|[1-4]\d)$")  # A01 .. P24 (96-, 384-well plates)
@@ -32,13 +33,6 @@ def plate_positions(obs: pd.DataFrame) -> pd.DataFrame | None:
     if obs.empty or parsed.isna().any().any():
         return None
     return obs.assign(row=parsed[0].str.upper().to_numpy(), col=parsed[1].astype(int).to_numpy())
-
-
-def empty_table(columns: dict[str, str], note: str) -> pd.DataFrame:
-    """An empty table with these columns (name -> dtype) that says why in ``attrs['note']``."""
-    table = pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
-    table.attrs["note"] = note
-    return table
 
 
 PLATE_WELLS = {"plate": "str", "row": "str", "col": "int64", "n_tiles": "int64"}

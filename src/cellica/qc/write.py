@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cellica.core.atomic import write_parquets
+from cellica.core.contracts import empty_table
 from cellica.core.errors import CellicaError
 from cellica.core.logs import get_logger
 from cellica.qc.layout import (
     INTENSITY,
     control_intensity,
-    empty_table,
     plate_wells,
     position_offsets,
     well_layouts,
